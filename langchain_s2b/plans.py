@@ -1,0 +1,82 @@
+"""Pure: one plan per mode (group hits, choose results, assemble them).
+
+The retriever looks its mode up in :data:`PLANS` once per call; no method
+branches on the mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from langchain_core.documents import Document
+
+from langchain_s2b import multilevel
+from langchain_s2b.budget import fit_budget
+from langchain_s2b.params import QueryParams
+from langchain_s2b.resolve import (
+    Group,
+    Hit,
+    MissingNodeError,
+    assemble_parent,
+    assemble_windows,
+    plan_parents,
+    plan_windows,
+)
+
+logger = logging.getLogger("langchain_s2b")
+Fetched = Mapping[str, Document | None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one mode turns hits into results."""
+
+    group: Callable[[Sequence[Hit], QueryParams], list[Group]]
+    """Hits -> candidate results, best first (counted against ``k``)."""
+    select: Callable[[list[Group], QueryParams], list[Group]]
+    """Candidates -> the results to fetch."""
+    build: Callable[[Group, Fetched], list[Document]]
+    """One chosen result + fetched nodes -> documents."""
+
+    def assemble(
+        self, groups: list[Group], fetched: Fetched, params: QueryParams, on_missing: str
+    ) -> list[Document]:
+        """Build every chosen result; apply the missing-node policy and the budget."""
+        docs: list[Document] = []
+        skipped = 0
+        for group in groups:
+            try:
+                docs.extend(self.build(group, fetched))
+            except MissingNodeError:
+                if on_missing == "raise":
+                    raise
+                skipped += 1
+        if skipped:
+            logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
+        docs = docs[: params.k]
+        return fit_budget(docs, params.max_tokens) if params.max_tokens else docs
+
+
+def _first_k(groups: list[Group], params: QueryParams) -> list[Group]:
+    return groups[: params.k]
+
+
+PLANS: dict[str, Plan] = {
+    "parent": Plan(
+        group=lambda hits, p: plan_parents(hits),
+        select=_first_k,
+        build=lambda group, fetched: [assemble_parent(group, fetched)],
+    ),
+    "window": Plan(
+        group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce),
+        select=_first_k,
+        build=assemble_windows,
+    ),
+    "multilevel": Plan(
+        group=multilevel.group,
+        select=multilevel.select,
+        build=multilevel.build,
+    ),
+}

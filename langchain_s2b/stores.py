@@ -1,0 +1,115 @@
+"""Parent-store helpers: a safe JSON codec for byte stores.
+
+``BaseStore`` is batch-only (``mget``/``mset``/``mdelete``/``yield_keys``). A
+byte store (``InMemoryByteStore``, ``LocalFileStore``, ``RedisStore``,
+``SQLStore``) holds parents through :class:`DocumentCodecStore`: plain JSON,
+never pickle, so reading a store can not run code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.stores import BaseStore
+
+CODEC_VERSION = 1
+
+
+def encode_document(doc: Document) -> bytes:
+    """Serialise a document to JSON bytes (ASCII; surrogates survive)."""
+    payload = {"v": CODEC_VERSION, "id": doc.id, "page_content": doc.page_content}
+    try:
+        payload["metadata"] = json.loads(json.dumps(doc.metadata, allow_nan=False))
+        return json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
+    except (TypeError, ValueError) as err:
+        msg = (
+            "Document metadata must be JSON-serialisable (str, int, float, bool, None, "
+            f"lists and dicts of them) to be stored safely; {err}. Metadata keys: "
+            f"{sorted(doc.metadata)}."
+        )
+        raise ValueError(msg) from None
+
+
+def decode_document(data: bytes, key: str = "?") -> Document:
+    """Parse bytes written by :func:`encode_document`; reject anything else."""
+    try:
+        payload = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        msg = f"Stored value for key {key!r} is not a JSON document ({err})."
+        raise ValueError(msg) from None
+    ok = (
+        isinstance(payload, dict)
+        and payload.get("v") == CODEC_VERSION
+        and isinstance(payload.get("page_content"), str)
+        and isinstance(payload.get("metadata"), dict)
+        and isinstance(payload.get("id"), str | None)
+    )
+    if not ok:
+        msg = (
+            f"Stored value for key {key!r} is not a langchain_s2b document "
+            f"(codec version {CODEC_VERSION}): {str(data[:80])}."
+        )
+        raise ValueError(msg)
+    return Document(
+        page_content=payload["page_content"], metadata=payload["metadata"], id=payload["id"]
+    )
+
+
+class DocumentCodecStore(BaseStore[str, Document]):
+    """A ``BaseStore[str, Document]`` over any byte store, through JSON.
+
+    Sync calls go to the byte store's sync methods and async calls to its async
+    ones, so a store that supports only one side (``SQLStore`` built on a sync or
+    an async engine) works from that side.
+    """
+
+    def __init__(self, byte_store: BaseStore[str, bytes]) -> None:
+        self.byte_store = byte_store
+
+    def mget(self, keys: Sequence[str]) -> list[Document | None]:
+        """Fetch and decode documents."""
+        values = self.byte_store.mget(keys)
+        return [None if v is None else decode_document(v, k) for k, v in zip(keys, values)]
+
+    async def amget(self, keys: Sequence[str]) -> list[Document | None]:
+        """Fetch and decode documents, asynchronously."""
+        values = await self.byte_store.amget(keys)
+        return [None if v is None else decode_document(v, k) for k, v in zip(keys, values)]
+
+    def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
+        """Encode and store documents."""
+        self.byte_store.mset([(k, encode_document(d)) for k, d in key_value_pairs])
+
+    async def amset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
+        """Encode and store documents, asynchronously."""
+        await self.byte_store.amset([(k, encode_document(d)) for k, d in key_value_pairs])
+
+    def mdelete(self, keys: Sequence[str]) -> None:
+        """Delete keys."""
+        self.byte_store.mdelete(keys)
+
+    async def amdelete(self, keys: Sequence[str]) -> None:
+        """Delete keys, asynchronously."""
+        await self.byte_store.amdelete(keys)
+
+    def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
+        """Iterate over keys (with an optional prefix)."""
+        yield from self.byte_store.yield_keys(prefix=prefix)
+
+    async def ayield_keys(self, *, prefix: str | None = None) -> AsyncIterator[str]:
+        """Iterate over keys asynchronously."""
+        async for key in self.byte_store.ayield_keys(prefix=prefix):
+            yield key
+
+
+def as_document_store(store: Any) -> BaseStore[str, Document]:
+    """Wrap a byte store in the codec; pass a document store through."""
+    if isinstance(store, DocumentCodecStore):
+        return store
+    if not isinstance(store, BaseStore):
+        msg = f"Expected a langchain_core BaseStore; got {type(store).__name__}."
+        raise TypeError(msg)
+    return store
