@@ -31,7 +31,7 @@ from langchain_s2b.ingest import IndexingResult
 from langchain_s2b.params import Mode, QueryParams, check, with_overrides
 from langchain_s2b.plans import PLANS, Plan
 from langchain_s2b.search import Searcher
-from langchain_s2b.splitting import Level, default_levels
+from langchain_s2b.splitting import Level, check_levels, default_levels
 from langchain_s2b.stores import DocumentCodecStore
 
 logger = logging.getLogger(__name__)
@@ -127,8 +127,8 @@ class SmallToBigRetriever(BaseRetriever):
     def _setup(self) -> Self:
         if self.byte_store is not None:
             self.docstore = DocumentCodecStore(self.byte_store)
-        self._levels = self.levels or default_levels(
-            self.mode, self.child_splitter, self.parent_splitter
+        self._levels = check_levels(
+            self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
         self._searcher = Searcher(self.vectorstore)
         check(self.defaults())

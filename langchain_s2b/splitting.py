@@ -336,6 +336,27 @@ def size_splitter(chunk_tokens: int, overlap_tokens: int = 0) -> TextSplitter:
     )
 
 
+def check_levels(levels: Sequence[Level]) -> list[Level]:
+    """Reject an empty list, repeated names, or a level larger than the one above."""
+    if not levels:
+        msg = "levels must name at least one level (the embedded one)."
+        raise ValueError(msg)
+    names = [level.name for level in levels]
+    if len(set(names)) != len(names):
+        msg = f"Level names must be distinct; got {names}."
+        raise ValueError(msg)
+    for finer, coarser in zip(levels, levels[1:]):
+        small = getattr(finer.splitter, "_chunk_size", None)
+        big = getattr(coarser.splitter, "_chunk_size", None)
+        if small is not None and big is not None and small > big:
+            msg = (
+                f"The {finer.name!r} splitter's chunk_size ({small}) is larger than the "
+                f"{coarser.name!r} splitter's ({big}); children must be smaller than parents."
+            )
+            raise ValueError(msg)
+    return list(levels)
+
+
 def default_levels(mode: str, child: Splitter | None, parent: Splitter | None) -> list[Level]:
     """The default tree for a mode; ``child``/``parent`` replace those levels."""
     if mode == "window":
