@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -195,10 +196,11 @@ class FaissIndex(VectorStore):
 
     def record(self, row: int) -> tuple[str, str, dict[str, Any]] | None:
         """``(key, text, metadata)`` of a search row, or ``None`` if it is gone."""
-        key = self._keys.get(row)
-        if key is None:
-            return None
-        text, meta = self._records[row]
+        with self._lock:
+            key = self._keys.get(row)
+            if key is None:
+                return None
+            text, meta = self._records[row]
         return key, text, meta
 
     def similarity_search_with_score_by_vector(
@@ -240,38 +242,142 @@ class FaissIndex(VectorStore):
         store.add_texts(texts, metadatas, ids=ids)
         return store
 
-    def save(self, directory: str | Path) -> None:
-        """Write the FAISS index and the JSON records into ``directory``."""
+    def keys(self) -> list[str]:
+        """Every child key the index holds (for ``verify``)."""
+        with self._lock:
+            return list(self._ids)
+
+    def save(self, directory: str | Path) -> list[str]:
+        """Write the FAISS index and the JSON records into ``directory``.
+
+        Returns the names of the files written. Not atomic on its own:
+        :func:`langchain_s2b.persist.save` writes into a fresh directory and
+        switches to it only once everything is on disk.
+        """
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         with self._lock:
+            written = [RECORDS_FILE]
             if self._index is not None:
                 faiss.write_index(self._index, str(path / INDEX_FILE))
+                written.append(INDEX_FILE)
             with (path / RECORDS_FILE).open("w", encoding="ascii") as out:
-                header = {"dim": self._dim, "factory": self.index_factory, "next": self._next_id}
+                header = {
+                    "format": RECORDS_FORMAT,
+                    "dim": self._dim,
+                    "factory": self.index_factory,
+                    "next": self._next_id,
+                    "count": len(self._records),
+                }
                 out.write(json.dumps(header) + "\n")
                 for row, (text, meta) in self._records.items():
                     line = {"row": row, "key": self._keys[row], "text": text, "meta": meta}
-                    out.write(json.dumps(line, ensure_ascii=True) + "\n")
+                    out.write(json.dumps(line, ensure_ascii=True, allow_nan=False) + "\n")
+        return written
 
     @classmethod
     def load(cls, directory: str | Path, embedding: Embeddings) -> FaissIndex:
-        """Read an index written by :meth:`save` (no pickle: JSON and FAISS only)."""
+        """Read an index written by :meth:`save` (no pickle: JSON and FAISS only).
+
+        Every value is type-checked, and the FAISS file must be an ``IndexIDMap2``
+        whose dimension, size and row ids match the records; anything else raises
+        ``ValueError`` naming the file and what is wrong.
+        """
         path = Path(directory)
-        lines = (path / RECORDS_FILE).read_text(encoding="ascii").splitlines()
-        header = json.loads(lines[0])
-        store = cls(embedding, index_factory=str(header["factory"]))
-        store._next_id = int(header["next"])
+        header, records = _read_records(path / RECORDS_FILE)
+        store = cls(embedding, index_factory=header["factory"])
+        store._next_id = header["next"]
         if header["dim"] is not None:
-            store._index = faiss.read_index(str(path / INDEX_FILE))
-            store._dim = int(header["dim"])
-            if store._index.d != store._dim:
-                msg = f"Index file dimension {store._index.d} != recorded {store._dim}."
-                raise ValueError(msg)
-        for line in lines[1:]:
-            rec = json.loads(line)
-            row, key = int(rec["row"]), str(rec["key"])
+            store._index = _read_faiss(path / INDEX_FILE, header["dim"], records)
+            store._dim = header["dim"]
+        elif records:
+            msg = f"{path / RECORDS_FILE}: records but no dimension; the file is damaged."
+            raise ValueError(msg)
+        for row, key, text, meta in records:
             store._ids[key] = row
             store._keys[row] = key
-            store._records[row] = (str(rec["text"]), dict(rec["meta"]))
+            store._records[row] = (text, meta)
         return store
+
+
+RECORDS_FORMAT = "langchain_s2b.faiss.v1"
+_FACTORY = re.compile(r"^[A-Za-z0-9_,.\-]{1,200}$")
+Record = tuple[int, str, str, dict[str, Any]]
+
+
+def _damaged(file: Path, what: str) -> ValueError:
+    return ValueError(f"{file} is not a langchain_s2b child index file: {what}.")
+
+
+def _int(value: Any, name: str, file: Path, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _damaged(file, f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
+    """Parse and type-check ``children.jsonl``."""
+    try:
+        lines = file.read_bytes().decode("ascii").splitlines()
+        rows = [json.loads(line) for line in lines]
+    except FileNotFoundError:
+        raise _damaged(file, "the file is missing") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _damaged(file, f"not JSON lines ({err})") from None
+    if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != RECORDS_FORMAT:
+        raise _damaged(file, f"the first line must be a header with format {RECORDS_FORMAT!r}")
+    header = rows[0]
+    dim = header.get("dim")
+    if dim is not None:
+        _int(dim, "dim", file, minimum=1)
+    factory = header.get("factory")
+    if not isinstance(factory, str) or not _FACTORY.match(factory):
+        raise _damaged(file, f"factory must be a FAISS index_factory string, got {factory!r}")
+    nxt = _int(header.get("next"), "next", file)
+    count = _int(header.get("count"), "count", file)
+    records: list[Record] = []
+    seen_keys: set[str] = set()
+    seen_rows: set[int] = set()
+    for rec in rows[1:]:
+        if not isinstance(rec, dict):
+            raise _damaged(file, f"a record must be an object, got {type(rec).__name__}")
+        row = _int(rec.get("row"), "row", file)
+        key, text, meta = rec.get("key"), rec.get("text"), rec.get("meta")
+        ok = isinstance(key, str) and key and isinstance(text, str) and isinstance(meta, dict)
+        if not ok or row >= nxt or key in seen_keys or row in seen_rows:
+            raise _damaged(file, f"bad record for row {row!r} (key {key!r})")
+        seen_keys.add(str(key))
+        seen_rows.add(row)
+        records.append((row, str(key), str(text), dict(meta)))  # type: ignore[arg-type]
+    if count != len(records):
+        raise _damaged(file, f"the header counts {count} records but {len(records)} follow")
+    return {"dim": dim, "factory": factory, "next": nxt}, records
+
+
+def _read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
+    """Read a FAISS file and check it matches the records exactly."""
+    try:
+        with file.open("rb") as fh:
+            magic = fh.read(4)
+    except FileNotFoundError:
+        raise _damaged(file, "the file is missing") from None
+    if magic != b"IxM2":
+        raise _damaged(file, f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}")
+    try:
+        index: Any = faiss.read_index(str(file))
+    except RuntimeError as err:
+        raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
+    if index.d != dim:
+        msg = (
+            f"{file} holds {index.d}-dimensional vectors but the records say {dim}; "
+            "the files do not belong together."
+        )
+        raise ValueError(msg)
+    rows = sorted(int(r) for r in faiss.vector_to_array(index.id_map).tolist())
+    if index.ntotal != len(records) or rows != sorted(r[0] for r in records):
+        msg = (
+            f"{file} holds {index.ntotal} vectors whose ids do not match the "
+            f"{len(records)} records; the files do not belong together."
+        )
+        raise ValueError(msg)
+    return index

@@ -7,8 +7,11 @@ reverse order. An unchanged source (same manifest digest) is skipped.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +60,7 @@ def add(
     result.empty = [s.source_id for s in sources if is_empty(s)]
     old = yield Fetch([manifest_key(s.source_key) for s in current])
     changed: list[Source] = []
-    for source, manifest in zip(current, old):
+    for source, manifest in zip(current, old, strict=True):
         if manifest is not None and manifest.metadata.get("digest") == source.digest:
             result.unchanged.append(source.source_id)
             continue
@@ -87,7 +90,7 @@ def delete(source_ids: Sequence[str]) -> Generator[Request, Any, list[str]]:
     keys = [manifest_key(encode_source_key(sid)) for sid in source_ids]
     manifests = yield Fetch(keys)
     deleted = []
-    for sid, manifest in zip(source_ids, manifests):
+    for sid, manifest in zip(source_ids, manifests, strict=True):
         if manifest is not None:
             yield from _remove(manifest_keys(manifest), manifest)
             deleted.append(sid)
@@ -115,3 +118,81 @@ def _warn_if_too_long(config: Config, leaves: list[Document]) -> None:
             UserWarning,
             stacklevel=4,
         )
+
+
+class ReadWriteLock:
+    """Many readers or one writer, for threads and coroutines alike.
+
+    A waiting writer holds off new readers, so a stream of queries can not
+    starve an update. Coroutines wait by polling (``asyncio.sleep``), never in a
+    worker thread: a reader that holds the lock may itself need the default
+    executor (a sync-only store, the FAISS search) to finish. Not re-entrant.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    def acquire_read(self, *, blocking: bool = True) -> bool:
+        """Take a shared hold; ``False`` if ``blocking`` is off and it is busy."""
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                if not blocking:
+                    return False
+                self._cond.wait()
+            self._readers += 1
+            return True
+
+    def release_read(self) -> None:
+        """Give a shared hold back."""
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    def acquire_write(self, *, blocking: bool = True) -> bool:
+        """Take the exclusive hold; ``False`` if ``blocking`` is off and it is busy."""
+        with self._cond:
+            if not blocking and (self._writer or self._readers):
+                return False
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+            return True
+
+    def release_write(self) -> None:
+        """Give the exclusive hold back."""
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
+
+    @contextmanager
+    def hold(self, *, write: bool) -> Iterator[None]:
+        """``with lock.hold(write=...):`` in a thread."""
+        if write:
+            self.acquire_write()
+        else:
+            self.acquire_read()
+        try:
+            yield
+        finally:
+            self.release_write() if write else self.release_read()
+
+    @asynccontextmanager
+    async def ahold(self, *, write: bool) -> AsyncIterator[None]:
+        """``async with lock.ahold(write=...):`` in a coroutine."""
+        acquire = self.acquire_write if write else self.acquire_read
+        delay = 0.0005
+        while not acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        try:
+            yield
+        finally:
+            self.release_write() if write else self.release_read()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -39,6 +40,8 @@ class Plan:
     """Candidates -> the results to fetch."""
     build: Callable[[Group, Fetched], list[Document]]
     """One chosen result + fetched nodes -> documents."""
+    cap_at_k: bool = True
+    """Cut the documents at ``k`` (multilevel counts contexts, not documents)."""
 
     def assemble(
         self, groups: list[Group], fetched: Fetched, params: QueryParams, on_missing: str
@@ -55,8 +58,26 @@ class Plan:
                 skipped += 1
         if skipped:
             logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
-        docs = docs[: params.k]
+        if self.cap_at_k:
+            docs = docs[: params.k]
         return fit_budget(docs, params.max_tokens) if params.max_tokens else docs
+
+
+RESOLUTION_EVENT = "langchain_s2b.resolution"
+"""Name of the custom callback event every retrieval run emits (see :func:`summary`)."""
+_SUMMARY_FIELDS = ("mode", "level", "escalation", "score", "source_id", "start", "end")
+
+
+def summary(docs: Sequence[Document]) -> dict[str, Any]:
+    """What a run resolved to, for tracers: one entry per returned document."""
+    results = []
+    for doc in docs:
+        entry = {name: doc.metadata.get(name) for name in _SUMMARY_FIELDS}
+        entry["matches"] = [
+            {k: m[k] for k in ("score", "start", "end")} for m in doc.metadata.get("matches", [])
+        ]
+        results.append(entry)
+    return {"results": results}
 
 
 def _first_k(groups: list[Group], params: QueryParams) -> list[Group]:
@@ -78,5 +99,6 @@ PLANS: dict[str, Plan] = {
         group=multilevel.group,
         select=multilevel.select,
         build=multilevel.build,
+        cap_at_k=False,
     ),
 }

@@ -32,7 +32,8 @@ class Hit:
     score: float
     text: str
     parent_key: str | None = None
-    ancestors: tuple[tuple[str, int, int], ...] = ()
+    ancestors: tuple[tuple[str, int, int, int], ...] = ()
+    """``(key, start, end, n_children)`` of each enclosing node, nearest first."""
     n_splits: int | None = None
 
     def match(self) -> dict[str, Any]:
@@ -62,7 +63,10 @@ def hit_from_metadata(
             f"{missing}; was the index built by SmallToBigRetriever.add_documents?"
         )
         raise ValueError(msg)
-    ancestors = tuple((str(a[0]), int(a[1]), int(a[2])) for a in meta.get("ancestors", ()))
+    ancestors = tuple(
+        (str(a[0]), int(a[1]), int(a[2]), int(a[3]) if len(a) > 3 else 0)
+        for a in meta.get("ancestors", ())
+    )
     return Hit(
         key=node_key(meta["source_key"], meta["level"], int(meta["split_id"])),
         source_key=meta["source_key"],
@@ -123,7 +127,7 @@ def plan_parents(hits: Sequence[Hit]) -> list[Group]:
         if hit.parent_key is None or not hit.ancestors:
             msg = f"Child {hit.key!r} has no parent_id/ancestors metadata."
             raise ValueError(msg)
-        key, start, end = hit.ancestors[0]
+        key, start, end, _ = hit.ancestors[0]
         if key not in groups:
             level = key.rsplit("/", 2)[1]
             groups[key] = Group(hit.source_key, hit.source_id, [key], [], level, start, end)

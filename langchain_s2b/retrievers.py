@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
 )
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
@@ -29,12 +30,13 @@ from langchain_s2b.ops import Embed, Fetch, Search
 from langchain_s2b.index import FaissIndex
 from langchain_s2b.ingest import IndexingResult
 from langchain_s2b.params import Mode, QueryParams, check, with_overrides
-from langchain_s2b.plans import PLANS, Plan
+from langchain_s2b.plans import PLANS, RESOLUTION_EVENT, Plan, summary
 from langchain_s2b.search import Searcher
 from langchain_s2b.splitting import Level, check_levels, default_levels
 from langchain_s2b.stores import DocumentCodecStore
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SmallToBigRetriever(BaseRetriever):
@@ -122,6 +124,7 @@ class SmallToBigRetriever(BaseRetriever):
 
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _searcher: Searcher = PrivateAttr()
+    _rwlock: lifecycle.ReadWriteLock = PrivateAttr(default_factory=lifecycle.ReadWriteLock)
 
     @model_validator(mode="after")
     def _setup(self) -> Self:
@@ -162,21 +165,22 @@ class SmallToBigRetriever(BaseRetriever):
         self, documents: Sequence[Document], ids: Sequence[str] | None = None
     ) -> IndexingResult:
         """Split, embed and store documents; unchanged sources are skipped."""
-        return self._drive(lifecycle.add(self._lifecycle_config(), documents, ids))
+        return self._drive(lifecycle.add(self._lifecycle_config(), documents, ids), write=True)
 
     async def aadd_documents(
         self, documents: Sequence[Document], ids: Sequence[str] | None = None
     ) -> IndexingResult:
         """Async :meth:`add_documents`."""
-        return await self._adrive(lifecycle.add(self._lifecycle_config(), documents, ids))
+        gen = lifecycle.add(self._lifecycle_config(), documents, ids)
+        return await self._adrive(gen, write=True)
 
     def delete(self, source_ids: Sequence[str]) -> list[str]:
         """Remove sources from both stores; returns the ids that existed."""
-        return self._drive(lifecycle.delete(source_ids))
+        return self._drive(lifecycle.delete(source_ids), write=True)
 
     async def adelete(self, source_ids: Sequence[str]) -> list[str]:
         """Async :meth:`delete`."""
-        return await self._adrive(lifecycle.delete(source_ids))
+        return await self._adrive(lifecycle.delete(source_ids), write=True)
 
     def _lifecycle_config(self) -> lifecycle.Config:
         key = self.source_id_key
@@ -190,13 +194,19 @@ class SmallToBigRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         params = with_overrides(self.defaults(), kwargs)
-        return self._drive(self._retrieve(query, params))
+        docs: list[Document] = self._drive(self._retrieve(query, params))
+        dispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": run_manager.get_child()})
+        return docs
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         params = with_overrides(self.defaults(), kwargs)
-        return await self._adrive(self._retrieve(query, params))
+        docs: list[Document] = await self._adrive(self._retrieve(query, params))
+        await adispatch_custom_event(
+            RESOLUTION_EVENT, summary(docs), config={"callbacks": run_manager.get_child()}
+        )
+        return docs
 
     def _retrieve(self, query: str, params: QueryParams) -> Generator[ops.Request, Any, list[Document]]:
         """Search, over-fetching until ``k`` results exist; then one batched fetch."""
@@ -217,21 +227,26 @@ class SmallToBigRetriever(BaseRetriever):
 
     # The two drivers: the only place where sync and async differ -------------
 
-    def _drive(self, gen: Generator[Any, Any, Any]) -> Any:
-        try:
-            request = next(gen)
-            while True:
-                request = gen.send(self._do(request))
-        except StopIteration as stop:
-            return stop.value
+    def _drive(self, gen: Generator[Any, Any, T], *, write: bool = False) -> T:
+        """Run one operation; a reader/writer lock keeps readers off half-done writes."""
+        with self._rwlock.hold(write=write):
+            try:
+                request = next(gen)
+                while True:
+                    request = gen.send(self._do(request))
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
 
-    async def _adrive(self, gen: Generator[Any, Any, Any]) -> Any:
-        try:
-            request = next(gen)
-            while True:
-                request = gen.send(await self._ado(request))
-        except StopIteration as stop:
-            return stop.value
+    async def _adrive(self, gen: Generator[Any, Any, T], *, write: bool = False) -> T:
+        async with self._rwlock.ahold(write=write):
+            try:
+                request = next(gen)
+                while True:
+                    request = gen.send(await self._ado(request))
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
 
     def _do(self, request: ops.Request) -> Any:
         return ops.run(request, self._searcher, self.docstore)

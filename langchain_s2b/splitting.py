@@ -67,8 +67,8 @@ class Node:
     start: int
     end: int
     parent_key: str | None
-    ancestors: tuple[tuple[str, int, int], ...] = ()
-    """``(key, start, end)`` of every enclosing node, nearest first."""
+    ancestors: tuple[tuple[str, int, int, int], ...] = ()
+    """``(key, start, end, n_children)`` of every enclosing node, nearest first."""
     children: tuple[int, int] | None = None
     """``[first, last)`` split ids of this node's children, if it has any."""
 
@@ -150,8 +150,9 @@ def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
         nodes: list[Node] = []
         for p_index, parent in enumerate(parents):
             first = len(nodes)
-            ancestry = ((parent.key, parent.start, parent.end), *parent.ancestors)
-            for start, end in split_spans(level.splitter, text[parent.start : parent.end]):
+            spans = split_spans(level.splitter, text[parent.start : parent.end])
+            ancestry = ((parent.key, parent.start, parent.end, len(spans)), *parent.ancestors)
+            for start, end in spans:
                 nodes.append(
                     Node(
                         source_key,

@@ -1,0 +1,550 @@
+"""Save and load a retriever as plain files: FAISS + JSON, never pickle.
+
+A save directory holds complete snapshots and a pointer to the current one::
+
+    path/
+      CURRENT                  the name of the current snapshot (one line)
+      snapshot-<time>-<rand>/
+        s2b.json               format, version, configuration, checksums
+        children.faiss         faiss.write_index of the child index
+        children.jsonl         the children's keys, text and metadata
+        nodes.jsonl            the docstore, when it lives in memory
+
+``save`` writes a new snapshot beside the old ones, flushes it to disk, then
+replaces ``CURRENT`` with ``os.replace`` (atomic) and only then removes older
+snapshots: a crash at any moment leaves a loadable save, the old or the new.
+``load`` reads only JSON and FAISS files, checks every value's type, every
+file's checksum, the format version and the embedding's dimension, and
+refuses anything else with a ``ValueError`` that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from langchain_s2b.index import FaissIndex
+from langchain_s2b.lifecycle import Config
+from langchain_s2b.splitting import (
+    PARAGRAPH_BOUNDARY,
+    SECTION_BOUNDARY,
+    BlockSplitter,
+    Level,
+    SectionSplitter,
+    SentenceSplitter,
+    estimate_tokens,
+)
+from langchain_s2b.stores import DocumentCodecStore, decode_document, encode_document
+
+if TYPE_CHECKING:
+    from langchain_s2b.retrievers import SmallToBigRetriever
+
+FORMAT = "langchain_s2b"
+FORMAT_VERSION = 1
+POINTER = "CURRENT"
+CONFIG_FILE = "s2b.json"
+NODES_FILE = "nodes.jsonl"
+_SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
+_TEMP_PREFIX = ".tmp-"
+_NOT_CONFIG = frozenset(
+    {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
+)
+_BOUNDARIES = {"paragraph": PARAGRAPH_BOUNDARY, "section": SECTION_BOUNDARY}
+_BATCH = 1000
+
+
+# Saving ------------------------------------------------------------------------------
+
+
+def save(
+    retriever: SmallToBigRetriever, path: str | Path, *, include_docstore: bool | None = None
+) -> Path:
+    """Write ``retriever`` into ``path`` atomically; returns the snapshot directory.
+
+    Args:
+        retriever: the retriever to save (hold its read lock while calling).
+        path: a new or empty directory, or an earlier save (it is replaced).
+        include_docstore: copy the docstore into the save. Default: only when it
+            lives in memory; a store on disk or in a server stays where it is and
+            is passed again to :func:`load`.
+    """
+    root = Path(path)
+    _check_target(root)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"snapshot-{time.time_ns()}-{secrets.token_hex(4)}"
+    temp = root / f"{_TEMP_PREFIX}{name}"
+    temp.mkdir()
+    try:
+        meta = _write_snapshot(retriever, temp, include_docstore)
+        _write_json(temp / CONFIG_FILE, meta)
+        _fsync_dir(temp)
+        os.replace(temp, root / name)
+        _fsync_dir(root)
+        _write_text_atomic(root / POINTER, name + "\n")
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    _remove_old(root, keep=name)
+    return root / name
+
+
+def _check_target(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        msg = f"Cannot save into {root}: it is a file; pass a directory path."
+        raise ValueError(msg)
+    if root.is_dir() and any(root.iterdir()) and not (root / POINTER).exists():
+        msg = (
+            f"Refusing to save into {root}: it is not empty and not an earlier "
+            "langchain_s2b save (no CURRENT file); choose a new or empty directory."
+        )
+        raise ValueError(msg)
+
+
+def _write_snapshot(
+    retriever: SmallToBigRetriever, temp: Path, include_docstore: bool | None
+) -> dict[str, Any]:
+    files: dict[str, str] = {}
+    index = retriever.vectorstore
+    if isinstance(index, FaissIndex):
+        for written in index.save(temp):
+            files[written] = _fsync_and_hash(temp / written)
+        vectors: dict[str, Any] = {"kind": "faiss", "count": len(index), "dim": index.dim}
+    else:
+        vectors = {"kind": "external", "class": _class_name(index)}
+    store = retriever.docstore
+    kind = _docstore_kind(store)
+    include = kind != "external" if include_docstore is None else include_docstore
+    nodes = None
+    if include:
+        nodes = _write_nodes(store, temp / NODES_FILE)
+        files[NODES_FILE] = _fsync_and_hash(temp / NODES_FILE)
+    levels = retriever._levels
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "embedding": {"class": _class_name(index.embeddings), "dim": vectors.get("dim")},
+        "vectorstore": vectors,
+        "docstore": {"kind": kind, "class": _class_name(store), "saved": include, "count": nodes},
+        "retriever": _retriever_config(retriever),
+        "levels": [{"name": lv.name, "splitter": describe_splitter(lv)} for lv in levels],
+        "fingerprint": Config(levels).fingerprint(),
+        "files": files,
+    }
+
+
+def _docstore_kind(store: BaseStore[str, Document]) -> str:
+    if type(store) is InMemoryStore:
+        return "memory"
+    if isinstance(store, DocumentCodecStore) and type(store.byte_store) is InMemoryByteStore:
+        return "memory-bytes"
+    return "external"
+
+
+def _write_nodes(store: BaseStore[str, Document], file: Path) -> int:
+    count = 0
+    with file.open("w", encoding="ascii") as out:
+        for batch in _batches(store.yield_keys()):
+            for key, doc in zip(batch, store.mget(batch), strict=True):
+                if doc is not None:
+                    value = encode_document(doc).decode("ascii")
+                    out.write(f'{{"key": {json.dumps(key)}, "doc": {value}}}\n')
+                    count += 1
+    return count
+
+
+def _batches(keys: Iterator[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) == _BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _retriever_config(retriever: SmallToBigRetriever) -> dict[str, Any]:
+    """The retriever's options that differ from their defaults, as JSON."""
+    out: dict[str, Any] = {}
+    for name, info in type(retriever).model_fields.items():
+        if name in _NOT_CONFIG or name == "callbacks":
+            continue
+        value = getattr(retriever, name)
+        if not info.is_required() and value == info.get_default(call_default_factory=True):
+            continue
+        try:
+            out[name] = json.loads(json.dumps(value, allow_nan=False))
+        except (TypeError, ValueError):
+            msg = (
+                f"The retriever option {name}={value!r} can not be saved as JSON; "
+                f"remove it before save() and pass {name}=... to load() instead."
+            )
+            raise ValueError(msg) from None
+    return out
+
+
+# Splitters as JSON --------------------------------------------------------------------
+
+
+def describe_splitter(level: Level) -> dict[str, Any]:
+    """A JSON description of a built-in splitter, or ``{"kind": "custom", ...}``."""
+    sp: Any = level.splitter
+    kind = type(sp)
+    if kind is SentenceSplitter:
+        return {"kind": "sentence", "max_tokens": sp.max_tokens}
+    if kind is SectionSplitter:
+        return {"kind": "section", "chunk_size": sp._chunk_size}
+    boundary = getattr(sp, "_boundary", None)
+    names = {v: k for k, v in _BOUNDARIES.items()}
+    if kind is BlockSplitter and boundary is not None and boundary.pattern in names:
+        return {
+            "kind": "block",
+            "boundary": names[boundary.pattern],
+            "chunk_size": sp._max,
+            "pack": sp._pack,
+        }
+    if kind is RecursiveCharacterTextSplitter and not sp._is_separator_regex:
+        length = {estimate_tokens: "tokens", len: "chars"}.get(sp._length_function)
+        if length is not None and isinstance(sp._keep_separator, bool | str):
+            return {
+                "kind": "recursive",
+                "chunk_size": sp._chunk_size,
+                "chunk_overlap": sp._chunk_overlap,
+                "length": length,
+                "separators": list(sp._separators),
+                "keep_separator": sp._keep_separator,
+                "strip_whitespace": sp._strip_whitespace,
+            }
+    return {"kind": "custom", "class": _class_name(sp)}
+
+
+def build_splitter(spec: Mapping[str, Any], level: str) -> Any:
+    """Rebuild a splitter from :func:`describe_splitter`'s description."""
+    kind = spec.get("kind")
+    try:
+        if kind == "sentence":
+            return SentenceSplitter(_pos(spec["max_tokens"]))
+        if kind == "section":
+            return SectionSplitter(_pos(spec["chunk_size"]))
+        if kind == "block":
+            pack = spec["pack"]
+            if not isinstance(pack, bool):
+                raise TypeError
+            return BlockSplitter(_BOUNDARIES[spec["boundary"]], _pos(spec["chunk_size"]), pack=pack)
+        if kind == "recursive":
+            return _build_recursive(spec)
+    except (KeyError, TypeError, ValueError):
+        msg = f"Level {level!r}: the saved splitter {dict(spec)!r} is malformed."
+        raise ValueError(msg) from None
+    msg = (
+        f"Level {level!r} was split by a custom splitter ({spec.get('class', kind)!r}) "
+        f"that can not be rebuilt from JSON; pass it again: "
+        f"load(path, embedding, splitters={{{level!r}: <the splitter>}})."
+    )
+    raise ValueError(msg)
+
+
+def _build_recursive(spec: Mapping[str, Any]) -> RecursiveCharacterTextSplitter:
+    separators, keep = spec["separators"], spec["keep_separator"]
+    if not isinstance(separators, list) or not all(isinstance(s, str) for s in separators):
+        raise TypeError
+    if keep not in (True, False, "start", "end") or not isinstance(spec["strip_whitespace"], bool):
+        raise TypeError
+    return RecursiveCharacterTextSplitter(
+        separators=separators,
+        keep_separator=keep,
+        chunk_size=_pos(spec["chunk_size"]),
+        chunk_overlap=_nonneg(spec["chunk_overlap"]),
+        length_function={"tokens": estimate_tokens, "chars": len}[spec["length"]],
+        strip_whitespace=spec["strip_whitespace"],
+    )
+
+
+def _pos(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TypeError
+    return value
+
+
+def _nonneg(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError
+    return value
+
+
+# Loading ------------------------------------------------------------------------------
+
+
+def load(
+    path: str | Path,
+    embedding: Embeddings,
+    *,
+    docstore: BaseStore[str, Document] | None = None,
+    byte_store: BaseStore[str, bytes] | None = None,
+    vectorstore: Any = None,
+    splitters: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> SmallToBigRetriever:
+    """Read a save written by :func:`save`; see ``SmallToBigRetriever.load``."""
+    from langchain_s2b.retrievers import SmallToBigRetriever
+
+    snap = current_snapshot(Path(path))
+    meta = _read_config(snap)
+    _check_files(snap, meta["files"])
+    dim = meta["embedding"]["dim"]
+    if dim is not None:
+        check_dimension(embedding, dim, meta["embedding"]["class"])
+    vectorstore = _load_vectors(snap, meta, embedding, vectorstore)
+    store = _load_docstore(snap, meta, docstore, byte_store)
+    levels = _load_levels(meta, splitters or {})
+    fields = {**meta["retriever"], **overrides}
+    unknown = sorted(set(fields) - set(SmallToBigRetriever.model_fields))
+    if unknown:
+        msg = f"{snap / CONFIG_FILE}: unknown retriever options {unknown}."
+        raise ValueError(msg)
+    retriever = SmallToBigRetriever(vectorstore=vectorstore, levels=levels, **store, **fields)
+    if Config(levels).fingerprint() != meta["fingerprint"]:
+        warnings.warn(
+            "The splitters passed to load() differ from the saved ones: re-adding an "
+            "unchanged source will re-index it.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return retriever
+
+
+def current_snapshot(root: Path) -> Path:
+    """The snapshot ``root/CURRENT`` names, checked to be a direct child."""
+    pointer = root / POINTER
+    try:
+        name = pointer.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        msg = f"{root} is not a langchain_s2b save: {pointer} is missing."
+        raise ValueError(msg) from None
+    except UnicodeDecodeError:
+        name = "<binary>"
+    if not _SNAPSHOT.match(name) or not (root / name).is_dir():
+        msg = f"{pointer} must name a snapshot directory inside {root}; got {name[:80]!r}."
+        raise ValueError(msg)
+    return root / name
+
+
+def check_dimension(embedding: Embeddings, dim: int, saved_class: str) -> None:
+    """Refuse an embedding whose vectors do not have ``dim`` numbers."""
+    got = len(embedding.embed_query("dimension check"))
+    if got != dim:
+        msg = (
+            f"This index was built with {dim}-dimensional embeddings ({saved_class}); "
+            f"the embedding passed to load() ({_class_name(embedding)}) returns {got}-"
+            "dimensional vectors. Pass the model the index was built with."
+        )
+        raise ValueError(msg)
+
+
+def _read_config(snap: Path) -> dict[str, Any]:
+    file = snap / CONFIG_FILE
+    try:
+        meta = json.loads(file.read_bytes())
+    except FileNotFoundError:
+        msg = f"{file} is missing; the save is incomplete or damaged."
+        raise ValueError(msg) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        msg = f"{file} is not JSON ({err}); it is not a langchain_s2b save."
+        raise ValueError(msg) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        msg = f"{file} is not a langchain_s2b save (no format {FORMAT!r})."
+        raise ValueError(msg)
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        msg = (
+            f"{file} has format version {version!r}; this langchain_s2b reads version "
+            f"{FORMAT_VERSION}. Load it with the version that wrote it and re-index."
+        )
+        raise ValueError(msg)
+    _check_shape(file, meta)
+    return meta
+
+
+def _check_shape(file: Path, meta: dict[str, Any]) -> None:
+    """Type-check the parts of ``s2b.json`` that load relies on."""
+    emb, vec, doc = meta.get("embedding"), meta.get("vectorstore"), meta.get("docstore")
+    files, levels = meta.get("files"), meta.get("levels")
+    problems = []
+    if not isinstance(emb, dict) or not isinstance(emb.get("class"), str):
+        problems.append("embedding must be an object with a class name")
+    elif emb.get("dim") is not None and (
+        isinstance(emb["dim"], bool) or not isinstance(emb["dim"], int) or emb["dim"] < 1
+    ):
+        problems.append(f"embedding.dim must be a positive integer, got {emb['dim']!r}")
+    if not isinstance(vec, dict) or vec.get("kind") not in ("faiss", "external"):
+        problems.append("vectorstore.kind must be 'faiss' or 'external'")
+    if not isinstance(doc, dict) or doc.get("kind") not in ("memory", "memory-bytes", "external"):
+        problems.append("docstore.kind must be 'memory', 'memory-bytes' or 'external'")
+    elif not isinstance(doc.get("saved"), bool):
+        problems.append("docstore.saved must be true or false")
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
+        problems.append("files must map file names to checksums")
+    if not isinstance(meta.get("retriever"), dict) or not isinstance(meta.get("fingerprint"), str):
+        problems.append("retriever must be an object and fingerprint a string")
+    if not isinstance(levels, list) or not levels or not all(
+        isinstance(lv, dict) and isinstance(lv.get("name"), str)
+        and isinstance(lv.get("splitter"), dict) for lv in levels
+    ):
+        problems.append("levels must be a non-empty list of {name, splitter}")
+    if problems:
+        msg = f"{file} is malformed: {'; '.join(problems)}."
+        raise ValueError(msg)
+
+
+def _check_files(snap: Path, files: Mapping[str, str]) -> None:
+    allowed = {FaissIndex.save.__module__ and "children.faiss", "children.jsonl", NODES_FILE}
+    for name, digest in files.items():
+        if name not in allowed:
+            msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {sorted(allowed)}."
+            raise ValueError(msg)
+        file = snap / name
+        if not file.is_file() or _sha256(file) != digest:
+            msg = f"{file} is missing or does not match its checksum; the save is damaged."
+            raise ValueError(msg)
+
+
+def _load_vectors(snap: Path, meta: dict[str, Any], embedding: Embeddings, given: Any) -> Any:
+    if given is not None:
+        return given
+    if meta["vectorstore"]["kind"] != "faiss":
+        msg = (
+            f"This save's child index was a {meta['vectorstore'].get('class')!r}, which "
+            "save() does not copy; pass it again: load(path, embedding, vectorstore=...)."
+        )
+        raise ValueError(msg)
+    return FaissIndex.load(snap, embedding)
+
+
+def _load_docstore(
+    snap: Path,
+    meta: dict[str, Any],
+    docstore: BaseStore[str, Document] | None,
+    byte_store: BaseStore[str, bytes] | None,
+) -> dict[str, Any]:
+    info = meta["docstore"]
+    if docstore is not None and byte_store is not None:
+        msg = "Pass docstore= or byte_store= to load(), not both."
+        raise ValueError(msg)
+    if docstore is None and byte_store is None:
+        if not info["saved"]:
+            msg = (
+                f"This save did not copy its docstore (a {info.get('class')!r}, which keeps "
+                "its own data); pass it again: load(path, embedding, byte_store=...) or "
+                "docstore=...."
+            )
+            raise ValueError(msg)
+        if info["kind"] == "memory-bytes":
+            byte_store = InMemoryByteStore()
+        else:
+            docstore = InMemoryStore()
+    given = {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
+    if info["saved"]:
+        target = docstore if docstore is not None else DocumentCodecStore(byte_store)  # type: ignore[arg-type]
+        for batch in _batches(_read_nodes(snap / NODES_FILE)):  # type: ignore[arg-type]
+            target.mset(batch)  # type: ignore[arg-type]
+    return given
+
+
+def _read_nodes(file: Path) -> Iterator[tuple[str, Document]]:
+    with file.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            try:
+                row = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                row = None
+            if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+                msg = f"{file}, line {number}: expected {{\"key\": str, \"doc\": {{...}}}}."
+                raise ValueError(msg)
+            raw = json.dumps(row.get("doc")).encode("ascii")
+            yield row["key"], decode_document(raw, row["key"])
+
+
+def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Level]:
+    levels = []
+    for spec in meta["levels"]:
+        name = spec["name"]
+        splitter = splitters.get(name) or build_splitter(spec["splitter"], name)
+        levels.append(Level(name, splitter))
+    unknown = sorted(set(splitters) - {lv.name for lv in levels})
+    if unknown:
+        msg = f"splitters= names unknown levels {unknown}; the saved levels are {[lv.name for lv in levels]}."
+        raise ValueError(msg)
+    return levels
+
+
+# Files --------------------------------------------------------------------------------
+
+
+def _class_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with file.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_and_hash(file: Path) -> str:
+    with file.open("rb+") as fh:
+        os.fsync(fh.fileno())
+    return _sha256(file)
+
+
+def _write_json(file: Path, value: Any) -> None:
+    with file.open("w", encoding="ascii") as out:
+        json.dump(value, out, ensure_ascii=True, allow_nan=False, indent=1)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _write_text_atomic(file: Path, text: str) -> None:
+    temp = file.with_name(f"{_TEMP_PREFIX}{file.name}-{secrets.token_hex(4)}")
+    with temp.open("w", encoding="ascii") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temp, file)
+    _fsync_dir(file.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_old(root: Path, keep: str) -> None:
+    """Remove older snapshots and leftovers of interrupted saves."""
+    for child in root.iterdir():
+        if child.name == keep or not child.is_dir():
+            continue
+        if _SNAPSHOT.match(child.name) or child.name.startswith(_TEMP_PREFIX):
+            shutil.rmtree(child, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""Multilevel mode on a hand-built three-section document."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+
+from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.multilevel import common_level, evidence, ratio_level
+from langchain_s2b.resolve import Hit
+from langchain_s2b.splitting import estimate_tokens
+
+from ._embeddings import BagOfWords
+
+FILLER = "Plain words fill this line. Nothing special happens here. More calm text follows."
+TEXT = f"""# Alpha
+
+Zebra giraffe lion. Zebra giraffe tiger. {FILLER}
+
+{FILLER} {FILLER}
+
+# Beta
+
+{FILLER}
+
+Penguin giraffe walrus. {FILLER}
+
+# Gamma
+
+{FILLER} Zebra crossing on the road here. {FILLER}
+"""
+
+
+def _retriever(**fields: Any) -> SmallToBigRetriever:
+    doc = Document(page_content=TEXT, id="zoo")
+    return SmallToBigRetriever.from_documents([doc], BagOfWords(), mode="multilevel", **fields)
+
+
+def _para_span(needle: str) -> tuple[int, int]:
+    at = TEXT.index(needle)
+    start = TEXT.rfind("\n\n", 0, at) + 2
+    end = TEXT.find("\n\n", at)
+    return start, end
+
+
+class TestEscalation:
+    def test_two_hits_in_one_paragraph_return_that_paragraph(self) -> None:
+        docs = _retriever(k=1).invoke("zebra giraffe")
+        assert len(docs) == 1
+        meta = docs[0].metadata
+        assert meta["level"] == "paragraph"
+        assert meta["escalation"] == "single-parent"
+        start, end = _para_span("Zebra giraffe lion.")
+        assert meta["start"] <= start and end <= meta["end"]
+        assert "Beta" not in docs[0].page_content
+        assert len(meta["matches"]) == 2
+        assert TEXT[meta["start"] : meta["end"]] == docs[0].page_content
+
+    def test_hits_in_two_sections_return_the_document(self) -> None:
+        docs = _retriever(k=1, margin=0.2).invoke("zebra lion penguin walrus")
+        meta = docs[0].metadata
+        assert meta["level"] == "doc"
+        assert meta["escalation"] == "spans-parents"
+        assert docs[0].page_content == TEXT
+
+    def test_budget_steps_down_keeping_both_hits(self) -> None:
+        budget = estimate_tokens(TEXT) - 20
+        docs = _retriever(k=1, margin=0.2).invoke("zebra lion penguin walrus", max_tokens=budget)
+        assert sum(estimate_tokens(d.page_content) for d in docs) <= budget
+        text = " ".join(d.page_content for d in docs)
+        assert "Zebra giraffe lion." in text
+        assert "Penguin giraffe walrus." in text
+        assert {d.metadata["level"] for d in docs} <= {"section", "paragraph"}
+        assert all(d.metadata["escalation"] == "budget-trimmed" for d in docs)
+        for doc in docs:
+            assert TEXT[doc.metadata["start"] : doc.metadata["end"]] == doc.page_content
+
+    def test_tiny_budget_clips_around_best_hit(self) -> None:
+        docs = _retriever(k=1).invoke("zebra giraffe lion", max_tokens=12)
+        assert len(docs) == 1
+        assert "Zebra giraffe lion." in docs[0].page_content
+        assert estimate_tokens(docs[0].page_content) <= 12
+        assert docs[0].metadata["escalation"] == "budget-trimmed"
+
+    def test_weak_stray_hit_does_not_escalate(self) -> None:
+        narrow = _retriever(k=1, margin=0.1).invoke("zebra giraffe")
+        assert narrow[0].metadata["level"] == "paragraph"
+        wide = _retriever(k=1, margin=0.9).invoke("zebra giraffe")
+        assert wide[0].metadata["level"] == "doc"
+
+    def test_ratio_rule_is_an_option(self) -> None:
+        docs = _retriever(k=1, merge_threshold=0.1).invoke("zebra giraffe")
+        assert docs[0].metadata["escalation"] == "ratio"
+        assert docs[0].metadata["level"] in ("section", "doc")
+
+    def test_one_context_per_document(self) -> None:
+        retriever = _retriever(k=2)
+        retriever.add_documents([Document(page_content="Giraffe facts. Giraffe necks.", id="g")])
+        docs = retriever.invoke("giraffe")
+        assert {d.metadata["source_id"] for d in docs} == {"zoo", "g"}
+        assert sorted(d.metadata["context"] for d in docs) == [0, 1]
+        assert docs[0].metadata["score"] >= docs[1].metadata["score"]
+
+    def test_per_call_override_and_async(self) -> None:
+        retriever = _retriever(k=1)
+        sync = retriever.invoke("penguin walrus", margin=0.0)
+        assert sync[0].metadata["level"] == "paragraph"
+
+    async def test_async_matches_sync(self) -> None:
+        retriever = _retriever(k=1, margin=0.2)
+        query = "zebra lion penguin walrus"
+        assert [d.page_content for d in await retriever.ainvoke(query)] == [
+            d.page_content for d in retriever.invoke(query)
+        ]
+
+
+class Recorder(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def on_custom_event(
+        self, name: str, data: Any, *, run_id: UUID, tags: Any = None, metadata: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.events.append((name, data))
+
+
+def test_resolution_reaches_the_callbacks() -> None:
+    recorder = Recorder()
+    _retriever(k=1).invoke("zebra giraffe", config={"callbacks": [recorder]})
+    (name, data), = recorder.events
+    assert name == "langchain_s2b.resolution"
+    result = data["results"][0]
+    assert result["level"] == "paragraph"
+    assert result["escalation"] == "single-parent"
+    assert len(result["matches"]) == 2
+
+
+def _hit(key: str, score: float, ancestors: list[tuple[str, int, int, int]]) -> Hit:
+    return Hit(key, "s", "s", "sentence", int(key[-1]), 0, 1, score, "t", ancestors[0][0],
+               tuple(ancestors))
+
+
+@pytest.mark.parametrize(
+    ("paths", "expected"),
+    [
+        ([["p0", "s0", "d"], ["p0", "s0", "d"]], 0),
+        ([["p0", "s0", "d"], ["p1", "s0", "d"]], 1),
+        ([["p0", "s0", "d"], ["p3", "s1", "d"]], 2),
+    ],
+)
+def test_common_level(paths: list[list[str]], expected: int) -> None:
+    hits = [_hit(f"h{i}", 1.0, [(k, 0, 1, 2) for k in path]) for i, path in enumerate(paths)]
+    assert common_level(hits) == expected
+
+
+def test_evidence_margin_and_ratio() -> None:
+    anc = [("p0", 0, 1, 4), ("s0", 0, 1, 4), ("d", 0, 1, 6)]
+    hits = [_hit("h0", 0.9, anc), _hit("h1", 0.85, anc), _hit("h2", 0.5, anc)]
+    ev = evidence(hits, 0.1)
+    assert [h.key for h in ev] == ["h0", "h1"]
+    assert ratio_level(ev, 0.4) == 0  # 2 of p0's 4 children hit; 1 of s0's 4 paragraphs
+    assert ratio_level(ev, 0.5) == -1
+    assert ratio_level(ev, 0.2) == 1
