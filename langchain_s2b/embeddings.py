@@ -78,6 +78,15 @@ class LocalE5Embeddings(Embeddings):
         with self._lock:
             return [float(x) for x in self._model.query(_clean(text))]
 
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed many queries in batches (with the query prefix)."""
+        out: list[list[float]] = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = [_clean(t) for t in texts[i : i + self.batch_size]]
+            with self._lock:
+                out.extend(self._model.query(batch).reshape(len(batch), -1).tolist())
+        return out
+
     def count_tokens(self, text: str) -> int:
         """Word pieces the model reads for ``text`` as a passage."""
         with self._lock:

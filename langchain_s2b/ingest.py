@@ -11,7 +11,6 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from langchain_core.documents import Document
 
@@ -61,7 +60,10 @@ def source_id_of(doc: Document, given: str | None, fields: Sequence[str]) -> str
         return "|".join(str(doc.metadata[f]) for f in fields)
     if doc.id:
         return doc.id
-    return "sha256-" + hashlib.sha256(doc.page_content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return (
+        "sha256-"
+        + hashlib.sha256(doc.page_content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    )
 
 
 def identify(
@@ -167,11 +169,12 @@ def prepare(source: Source, levels: Sequence[Level]) -> Prepared:
                     "ancestors": [list(a) for a in node.ancestors],
                     "source_splits": n_leaves,
                 }
-                leaves.append(Document(page_content=doc.page_content, metadata=leaf_meta, id=node.key))
+                leaves.append(
+                    Document(page_content=doc.page_content, metadata=leaf_meta, id=node.key)
+                )
     return Prepared(source, leaves, nodes, manifest_document(source, tree))
 
 
 def is_empty(source: Source) -> bool:
     """A source with no text to index."""
     return not source.doc.page_content.strip()
-

@@ -1,4 +1,4 @@
-"""Store-safe keys: every node of the span tree has a computed address.
+r"""Store-safe keys: every node of the span tree has a computed address.
 
 A key is ``<source-key>/<level>/<split_id>``. The source key is the source id
 encoded so that every LangChain ``BaseStore`` accepts it: ``LocalFileStore``
@@ -59,10 +59,7 @@ def decode_source_key(key: str) -> str | None:
 def check_level_name(level: str) -> str:
     """Return ``level`` if it can be part of a key, else raise ``ValueError``."""
     if not _LEVEL_NAME.match(level) or level == MANIFEST:
-        msg = (
-            f"Level names must match [a-z][a-z0-9_]* and not be {MANIFEST!r}; "
-            f"got {level!r}."
-        )
+        msg = f"Level names must match [a-z][a-z0-9_]* and not be {MANIFEST!r}; got {level!r}."
         raise ValueError(msg)
     return level
 

@@ -97,6 +97,11 @@ def delete(source_ids: Sequence[str]) -> Generator[Request, Any, list[str]]:
     return deleted
 
 
+def remove_source(manifest: Document) -> Generator[Request, Any, None]:
+    """Remove every key a source's manifest lists, the manifest first."""
+    yield from _remove(manifest_keys(manifest), manifest)
+
+
 def _remove(keys: list[str], manifest: Document) -> Generator[Request, Any, None]:
     """Remove a source: manifest first (it stops being visible), then the rest."""
     leaf_level = manifest.metadata["levels"][0]

@@ -157,7 +157,9 @@ def _runs(best: Hit, spans: list[Span], label: str) -> list[Group]:
             last.end = max(last.end, end)
             continue
         level = key.rsplit("/", 2)[1]
-        groups.append(Group(best.source_key, best.source_id, [key], [best], level, start, end, label))
+        groups.append(
+            Group(best.source_key, best.source_id, [key], [best], level, start, end, label)
+        )
     return groups
 
 
@@ -165,13 +167,17 @@ def build(group: Group, fetched: Mapping[str, Document | None]) -> list[Document
     """Fetch-side assembly: merge the run's nodes, clip if the budget says so."""
     docs = [fetched.get(key) for key in group.keys]
     if any(doc is None for doc in docs):
-        missing = [key for key, doc in zip(group.keys, docs) if doc is None]
+        missing = [key for key, doc in zip(group.keys, docs, strict=False) if doc is None]
         msg = f"Nodes {missing} are in the child index's ancestry but not in the store."
         raise MissingNodeError(msg)
     present = [doc for doc in docs if doc is not None]
-    merged = merge_chunks([Chunk(group.start, group.end, "")] if not present else [
-        Chunk(int(d.metadata["start"]), int(d.metadata["end"]), d.page_content) for d in present
-    ])
+    merged = merge_chunks(
+        [Chunk(group.start, group.end, "")]
+        if not present
+        else [
+            Chunk(int(d.metadata["start"]), int(d.metadata["end"]), d.page_content) for d in present
+        ]
+    )
     meta = result_metadata(group, "multilevel", present[0].metadata)
     meta.update(start=merged.start, end=merged.end, context=group.extra["context"])
     if len(group.keys) > 1:

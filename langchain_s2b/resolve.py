@@ -166,7 +166,11 @@ def _coalesce(groups: list[Group]) -> list[Group]:
     out: list[Group] = []
     for group in ordered:
         prev = out[-1] if out else None
-        if prev and prev.source_key == group.source_key and group.extra["lo"] <= prev.extra["hi"] + 1:
+        if (
+            prev
+            and prev.source_key == group.source_key
+            and group.extra["lo"] <= prev.extra["hi"] + 1
+        ):
             lo, hi = prev.extra["lo"], max(prev.extra["hi"], group.extra["hi"])
             out[-1] = _window_group(prev.hits + group.hits, lo, hi)
         else:
@@ -304,8 +308,70 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
         if not hits:
             continue
         merged = merge_chunks(run)
-        part = Group(group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end)
+        part = Group(
+            group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end
+        )
         meta = result_metadata(part, "window", base)
         meta.update(split_ids=sorted(splits), missing_split_ids=missing, gaps=list(merged.gaps))
         out.append(Document(page_content=merged.text, metadata=meta))
     return out
+
+
+def coalesce_windows(docs: Sequence[Document]) -> list[Document]:
+    """Merge assembled windows of one source whose char spans overlap.
+
+    :func:`plan_windows` coalesces by split ids, before the fetch; when chunks
+    overlap by more than one chunk's stride, windows with disjoint split ranges
+    still share text, which only the fetched spans show. A merged window is
+    exact (``merge_chunks``) and takes the place, in rank order, of the first
+    window it absorbed. Windows with gaps are left as they are.
+    """
+    out: list[Document] = []
+    for doc in docs:
+        place = len(out)
+        while (i := _overlapping(out, doc)) is not None:
+            doc = _join_windows(out.pop(i), doc)
+            place = min(place, i)
+        out.insert(place, doc)
+    return out
+
+
+def _overlapping(windows: Sequence[Document], doc: Document) -> int | None:
+    meta = doc.metadata
+    for i, other in enumerate(windows):
+        kept = other.metadata
+        if (
+            kept["source_id"] == meta["source_id"]
+            and kept["start"] < meta["end"]
+            and meta["start"] < kept["end"]
+            and not kept.get("gaps")
+            and not meta.get("gaps")
+        ):
+            return i
+    return None
+
+
+def _join_windows(first: Document, second: Document) -> Document:
+    a, b = first.metadata, second.metadata
+    merged = merge_chunks(
+        [
+            Chunk(a["start"], a["end"], first.page_content),
+            Chunk(b["start"], b["end"], second.page_content),
+        ]
+    )
+    matches = {m["key"]: m for m in [*a["matches"], *b["matches"]]}
+    splits = sorted({*a.get("split_ids", []), *b.get("split_ids", [])})
+    missing = sorted(
+        {*a.get("missing_split_ids", []), *b.get("missing_split_ids", [])} - set(splits)
+    )
+    meta = {
+        **a,
+        "score": max(a["score"], b["score"]),
+        "start": merged.start,
+        "end": merged.end,
+        "matches": sorted(matches.values(), key=lambda m: (m["start"], m["end"])),
+        "split_ids": splits,
+        "missing_split_ids": missing,
+        "gaps": list(merged.gaps),
+    }
+    return Document(page_content=merged.text, metadata=meta)

@@ -56,9 +56,7 @@ class Searcher:
         pairs = self._search_generic(vector, query, fetch, flt)
         return [hit_from_child(doc, score) for doc, score in pairs], len(pairs) < fetch
 
-    async def asearch(
-        self, vector: list[float] | None, query: str, fetch: int, flt: Any
-    ) -> Found:
+    async def asearch(self, vector: list[float] | None, query: str, fetch: int, flt: Any) -> Found:
         """Async :meth:`search` (FAISS runs in a worker thread)."""
         if self.faiss is not None and vector is not None:
             return await run_in_executor(None, self._search_faiss, self.faiss, vector, fetch, flt)
@@ -69,7 +67,7 @@ class Searcher:
     def _search_faiss(index: FaissIndex, vector: list[float], fetch: int, flt: Any) -> Found:
         scores, rows = index.search_rows(np.asarray([vector], dtype=np.float32), fetch)
         hits = []
-        for score, row in zip(scores[0].tolist(), rows[0].tolist()):
+        for score, row in zip(scores[0].tolist(), rows[0].tolist(), strict=False):
             found = index.record(row) if row >= 0 else None
             if found is not None and matches_filter(found[2], flt):
                 hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
@@ -95,7 +93,10 @@ class Searcher:
             pairs = store.similarity_search_with_score_by_vector(vector, **self._kwargs(fetch, flt))
             fn = self._relevance()
             return [(doc, fn(score)) for doc, score in pairs]
-        return store.similarity_search_with_relevance_scores(query, **self._kwargs(fetch, flt))
+        found: list[tuple[Document, float]] = store.similarity_search_with_relevance_scores(
+            query, **self._kwargs(fetch, flt)
+        )
+        return found
 
     async def _asearch_generic(
         self, vector: list[float] | None, query: str, fetch: int, flt: Any

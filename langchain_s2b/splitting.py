@@ -9,6 +9,7 @@ character is outside a leaf and merged windows equal source slices.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -174,11 +175,53 @@ def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
 # Offline splitters -------------------------------------------------------------
 
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st mt vs etc e.g i.e cf al fig no vol ca approx inc ltd "
-    "co corp dept est jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k".split()
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "vs",
+        "etc",
+        "e.g",
+        "i.e",
+        "cf",
+        "al",
+        "fig",
+        "no",
+        "vol",
+        "ca",
+        "approx",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "dept",
+        "est",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "u.s",
+        "u.k",
+    ]
 )
+_QUOTES = "\"'\u201c\u201d\u2018\u2019"
 _SENTENCE_END = re.compile(
-    r"[.!?…]+[\"'”’)\]]*(?=\s)|\n\s*\n|\n(?=[ \t]*#{1,6}[ \t])|(?m:^[ \t]*#{1,6}[ \t][^\n]*)"
+    rf"[.!?\u2026]+[{_QUOTES})\]]*(?=\s)"
+    r"|\n\s*\n|\n(?=[ \t]*#{1,6}[ \t])|(?m:^[ \t]*#{1,6}[ \t][^\n]*)"
 )
 
 
@@ -243,7 +286,7 @@ def _is_abbreviation(text: str, dot: int) -> bool:
     word_start = dot
     while word_start > 0 and not text[word_start - 1].isspace():
         word_start -= 1
-    word = text[word_start:dot].lstrip("(\"'“‘").lower()
+    word = text[word_start:dot].lstrip("(" + _QUOTES).lower()
     if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
         return True
     after = text[dot + 1 : dot + 3].lstrip()
@@ -254,10 +297,11 @@ class BlockSplitter(TextSplitter):
     """Splits on the text's own structure, then by size.
 
     ``boundary`` is a regex whose matches end a block (the whitespace around
-    a blank line for paragraphs, an empty match before a Markdown heading). A block larger than ``chunk_size`` tokens (estimated offline)
-    is split by a recursive character splitter. With ``pack``, consecutive
-    small blocks are joined up to ``chunk_size``. Without any boundary in the
-    text it is a pure size splitter.
+    a blank line for paragraphs, an empty match before a Markdown heading). A
+    block larger than ``chunk_size`` tokens (estimated offline) is split by a
+    recursive character splitter. With ``pack``, consecutive small blocks are
+    joined up to ``chunk_size``. Without any boundary in the text it is a pure
+    size splitter.
     """
 
     def __init__(self, boundary: str, chunk_size: int, *, pack: bool, **kwargs: Any) -> None:
@@ -272,7 +316,7 @@ class BlockSplitter(TextSplitter):
     def split_spans(self, text: str) -> list[tuple[int, int]]:
         """Block spans of ``text``."""
         cuts = sorted({0, *(m.end() for m in self._boundary.finditer(text)), len(text)})
-        blocks = [(a, b) for a, b in zip(cuts, cuts[1:]) if text[a:b].strip()]
+        blocks = [(a, b) for a, b in itertools.pairwise(cuts) if text[a:b].strip()]
         spans: list[tuple[int, int]] = []
         for start, end in blocks:
             if estimate_tokens(text[start:end]) > self._max:
@@ -290,9 +334,11 @@ class BlockSplitter(TextSplitter):
 
 
 class SectionSplitter(TextSplitter):
-    """Markdown sections (a heading starts one) or, without headings, paragraphs
-    packed up to ``chunk_size`` tokens. An oversized section is packed the same
-    way inside."""
+    """Markdown sections, or paragraphs packed up to ``chunk_size`` tokens.
+
+    A Markdown heading starts a section; a text without headings (or an
+    oversized section) is cut into packs of whole paragraphs.
+    """
 
     def __init__(self, chunk_size: int = 1200, **kwargs: Any) -> None:
         kwargs.setdefault("chunk_overlap", 0)
@@ -346,7 +392,7 @@ def check_levels(levels: Sequence[Level]) -> list[Level]:
     if len(set(names)) != len(names):
         msg = f"Level names must be distinct; got {names}."
         raise ValueError(msg)
-    for finer, coarser in zip(levels, levels[1:]):
+    for finer, coarser in itertools.pairwise(levels):
         small = getattr(finer.splitter, "_chunk_size", None)
         big = getattr(coarser.splitter, "_chunk_size", None)
         if small is not None and big is not None and small > big:

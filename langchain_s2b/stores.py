@@ -50,12 +50,16 @@ def decode_document(data: bytes, key: str = "?") -> Document:
     if not ok:
         msg = (
             f"Stored value for key {key!r} is not a langchain_s2b document "
-            f"(codec version {CODEC_VERSION}): {str(data[:80])}."
+            f"(codec version {CODEC_VERSION}): {data[:80]!s}."
         )
         raise ValueError(msg)
     return Document(
         page_content=payload["page_content"], metadata=payload["metadata"], id=payload["id"]
     )
+
+
+def _decode_all(keys: Sequence[str], values: Sequence[bytes | None]) -> list[Document | None]:
+    return [None if v is None else decode_document(v, k) for k, v in zip(keys, values, strict=True)]
 
 
 class DocumentCodecStore(BaseStore[str, Document]):
@@ -71,13 +75,11 @@ class DocumentCodecStore(BaseStore[str, Document]):
 
     def mget(self, keys: Sequence[str]) -> list[Document | None]:
         """Fetch and decode documents."""
-        values = self.byte_store.mget(keys)
-        return [None if v is None else decode_document(v, k) for k, v in zip(keys, values)]
+        return _decode_all(keys, self.byte_store.mget(keys))
 
     async def amget(self, keys: Sequence[str]) -> list[Document | None]:
         """Fetch and decode documents, asynchronously."""
-        values = await self.byte_store.amget(keys)
-        return [None if v is None else decode_document(v, k) for k, v in zip(keys, values)]
+        return _decode_all(keys, await self.byte_store.amget(keys))
 
     def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
         """Encode and store documents."""

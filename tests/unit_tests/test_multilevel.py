@@ -55,7 +55,8 @@ class TestEscalation:
         assert meta["level"] == "paragraph"
         assert meta["escalation"] == "single-parent"
         start, end = _para_span("Zebra giraffe lion.")
-        assert meta["start"] <= start and end <= meta["end"]
+        assert meta["start"] <= start
+        assert end <= meta["end"]
         assert "Beta" not in docs[0].page_content
         assert len(meta["matches"]) == 2
         assert TEXT[meta["start"] : meta["end"]] == docs[0].page_content
@@ -123,7 +124,13 @@ class Recorder(BaseCallbackHandler):
         self.events: list[tuple[str, Any]] = []
 
     def on_custom_event(
-        self, name: str, data: Any, *, run_id: UUID, tags: Any = None, metadata: Any = None,
+        self,
+        name: str,
+        data: Any,
+        *,
+        run_id: UUID,
+        tags: Any = None,
+        metadata: Any = None,
         **kwargs: Any,
     ) -> None:
         self.events.append((name, data))
@@ -132,7 +139,7 @@ class Recorder(BaseCallbackHandler):
 def test_resolution_reaches_the_callbacks() -> None:
     recorder = Recorder()
     _retriever(k=1).invoke("zebra giraffe", config={"callbacks": [recorder]})
-    (name, data), = recorder.events
+    ((name, data),) = recorder.events
     assert name == "langchain_s2b.resolution"
     result = data["results"][0]
     assert result["level"] == "paragraph"
@@ -141,8 +148,9 @@ def test_resolution_reaches_the_callbacks() -> None:
 
 
 def _hit(key: str, score: float, ancestors: list[tuple[str, int, int, int]]) -> Hit:
-    return Hit(key, "s", "s", "sentence", int(key[-1]), 0, 1, score, "t", ancestors[0][0],
-               tuple(ancestors))
+    return Hit(
+        key, "s", "s", "sentence", int(key[-1]), 0, 1, score, "t", ancestors[0][0], tuple(ancestors)
+    )
 
 
 @pytest.mark.parametrize(

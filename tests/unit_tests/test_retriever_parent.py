@@ -86,7 +86,9 @@ class TestParentMode:
 
     def test_filter_per_call(self) -> None:
         retriever = _retriever()
-        retriever.add_documents([Document(page_content="Apple apple apple.", id="b", metadata={"topic": "b"})])
+        retriever.add_documents(
+            [Document(page_content="Apple apple apple.", id="b", metadata={"topic": "b"})]
+        )
         docs = retriever.invoke("apple", k=5, filter={"topic": "b"})
         assert [d.metadata["source_id"] for d in docs] == ["b"]
 
@@ -155,9 +157,7 @@ class TestIngestion:
 
     def test_embedding_dimension_mismatch(self) -> None:
         retriever = _retriever()
-        other = SmallToBigRetriever(
-            vectorstore=retriever.vectorstore, docstore=retriever.docstore
-        )
+        other = SmallToBigRetriever(vectorstore=retriever.vectorstore, docstore=retriever.docstore)
         retriever.vectorstore.embedding = DeterministicFakeEmbedding(size=7)  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match="7-dimensional"):
             other.invoke("apple")
@@ -189,13 +189,17 @@ class TestStoresAndIndexes:
         retriever = _retriever(byte_store=byte_store)
         assert isinstance(retriever.docstore, DocumentCodecStore)
         raw = byte_store.mget(["fruit/parent/0"])[0]
-        assert raw is not None and raw.startswith(b"{")
+        assert raw is not None
+        assert raw.startswith(b"{")
         assert len(retriever.invoke("apple", k=2)) == 2
 
-    @pytest.mark.parametrize("make", [
-        lambda emb: InMemoryVectorStore(emb),
-        lambda emb: FAISS.from_texts(["seed"], emb, ids=["seed"]),
-    ])
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda emb: InMemoryVectorStore(emb),
+            lambda emb: FAISS.from_texts(["seed"], emb, ids=["seed"]),
+        ],
+    )
     def test_other_vector_stores(self, make: Any) -> None:
         emb = BagOfWords()
         store = make(emb)
