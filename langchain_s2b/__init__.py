@@ -5,6 +5,8 @@ from langchain_s2b.ingest import IndexingResult
 from langchain_s2b.retrievers import SmallToBigRetriever
 from langchain_s2b.splitting import Level, SentenceSplitter, estimate_tokens
 from langchain_s2b.stores import DocumentCodecStore
+from langchain_s2b.window_splitter import WindowSplitter
+from langchain_s2b.windows import SentenceWindowExpander
 
 __version__ = "0.1.0"
 
@@ -14,7 +16,9 @@ __all__ = [
     "IndexingResult",
     "Level",
     "SentenceSplitter",
+    "SentenceWindowExpander",
     "SmallToBigRetriever",
+    "WindowSplitter",
     "__version__",
     "estimate_tokens",
 ]

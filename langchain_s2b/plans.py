@@ -22,6 +22,7 @@ from langchain_s2b.resolve import (
     MissingNodeError,
     assemble_parent,
     assemble_windows,
+    coalesce_windows,
     plan_parents,
     plan_windows,
 )
@@ -42,6 +43,8 @@ class Plan:
     """One chosen result + fetched nodes -> documents."""
     cap_at_k: bool = True
     """Cut the documents at ``k`` (multilevel counts contexts, not documents)."""
+    finish: Callable[[list[Document], QueryParams], list[Document]] = lambda docs, p: docs
+    """Runs over all built documents (window mode: merge windows that share text)."""
 
     def assemble(
         self, groups: list[Group], fetched: Fetched, params: QueryParams, on_missing: str
@@ -58,6 +61,7 @@ class Plan:
                 skipped += 1
         if skipped:
             logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
+        docs = self.finish(docs, params)
         if self.cap_at_k:
             docs = docs[: params.k]
         return fit_budget(docs, params.max_tokens) if params.max_tokens else docs
@@ -94,6 +98,7 @@ PLANS: dict[str, Plan] = {
         group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce),
         select=_first_k,
         build=assemble_windows,
+        finish=lambda docs, p: coalesce_windows(docs) if p.coalesce else docs,
     ),
     "multilevel": Plan(
         group=multilevel.group,

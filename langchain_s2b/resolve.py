@@ -207,12 +207,15 @@ def merge_chunks(chunks: Sequence[Chunk], gap_fill: str = " ") -> Merged:
     Chunks may overlap, contain one another, repeat, or come unsorted. When
     they cover ``[start, end)`` without holes the result is exactly that source
     slice; a hole (a splitter that dropped whitespace) is filled with
-    ``gap_fill`` and reported in ``gaps``.
+    ``gap_fill`` and reported in ``gaps``. Empty chunks cover nothing and are
+    ignored (unless every chunk is empty).
     """
     if not chunks:
         msg = "merge_chunks needs at least one chunk."
         raise ValueError(msg)
-    ordered = sorted(chunks, key=lambda c: (c.start, -c.end))
+    ordered = sorted(
+        [c for c in chunks if c.end > c.start] or chunks[:1], key=lambda c: (c.start, -c.end)
+    )
     cursor = ordered[0].start
     parts: list[str] = []
     gaps: list[tuple[int, int]] = []

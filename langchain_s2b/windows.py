@@ -18,20 +18,17 @@ with ``\\``). Pointing the expander at a ``SmallToBigRetriever`` docstore with
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.documents import BaseDocumentTransformer, Document
+from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.stores import BaseStore
-from langchain_text_splitters import TextSplitter
 from pydantic import ConfigDict, field_validator
 
 from langchain_s2b.keys import check_level_name, encode_source_key, node_key
 from langchain_s2b.resolve import Chunk, merge_chunks
-from langchain_s2b.splitting import locate_chunks
 
 CHUNK_LEVEL = "chunk"
 SPLIT_IDX_START = "split_idx_start"
@@ -54,7 +51,8 @@ def check_window_size(window_size: Any) -> int:
     return window_size
 
 
-def _field_names(value: str | Sequence[str]) -> tuple[str, ...]:
+def field_names(value: str | Sequence[str]) -> tuple[str, ...]:
+    """The source id field name(s) as a tuple; reject empty names."""
     names = (value,) if isinstance(value, str) else tuple(value)
     if not names or not all(isinstance(name, str) and name for name in names):
         msg = f"source_id_meta_field must be a field name or a non-empty list; got {value!r}."
@@ -62,7 +60,8 @@ def _field_names(value: str | Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def _present(metadata: Mapping[str, Any], name: str) -> bool:
+def present(metadata: Mapping[str, Any], name: str) -> bool:
+    """Whether ``metadata`` has a non-empty value under ``name``."""
     return metadata.get(name) not in (None, "")
 
 
@@ -79,33 +78,23 @@ def chunk_key(source_id: str, split_id: int, level: str = CHUNK_LEVEL) -> str:
     return node_key(encode_source_key(source_id), level, split_id)
 
 
-def _describe(doc: Document) -> str:
+def describe(doc: Document) -> str:
+    """How an error message names a document."""
     return f"id={doc.id!r}" if doc.id else repr(doc.page_content[:40])
 
 
 def _as_int(value: Any, name: str, doc: Document) -> int:
-    try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise TypeError
-        number = int(value)
-    except (TypeError, ValueError):
-        number = -1
-    if number < 0:
-        msg = f"Document {_describe(doc)} has {name}={value!r}; it must be an integer >= 0."
+    ok = isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdecimal()
+    if not ok:
+        msg = f"Document {describe(doc)} has {name}={value!r}; it must be an integer >= 0."
         raise ValueError(msg)
-    return number
-
-
-def _offset(doc: Document) -> int | None:
-    value = doc.metadata.get(SPLIT_IDX_START)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
     return int(value)
 
 
-def _n_splits(docs: Sequence[Document]) -> int | None:
+def _int_field(docs: Sequence[Document], name: str) -> int | None:
+    """The first integer value of metadata field ``name`` among ``docs``."""
     for doc in docs:
-        value = doc.metadata.get(SOURCE_SPLITS)
+        value = doc.metadata.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
@@ -173,7 +162,7 @@ def _window(
     """Grow one hit over its fetched neighbours; stop at the first gap on each side."""
     found = {i: doc for i, key in req.keys.items() if (doc := fetched.get(key)) is not None}
     found.setdefault(req.split_id, req.doc)
-    n_splits = _n_splits([req.doc, *found.values()])
+    n_splits = _int_field([req.doc, *found.values()], SOURCE_SPLITS)
     # Without a chunk count, ids after the last chunk found are taken to be past the end.
     last = n_splits - 1 if n_splits is not None else max(found)
     wanted = [i for i in req.keys if i <= last]
@@ -189,7 +178,7 @@ def _window(
     meta.update(
         split_ids=list(range(lo, hi + 1)), missing_split_ids=missing, window_size=window_size
     )
-    offsets = [_offset(doc) for doc in chunks]
+    offsets = [_int_field([doc], SPLIT_IDX_START) for doc in chunks]
     if all(start is not None for start in offsets):
         pieces = [
             Chunk(start, start + len(doc.page_content), doc.page_content, split_id)
@@ -277,15 +266,15 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
     separator: str = " "
     """Joins chunks that have no ``split_idx_start`` offsets."""
 
-    @field_validator("window_size")
+    @field_validator("window_size", mode="before")
     @classmethod
-    def _check_window_size(cls, value: int) -> int:
+    def _check_window_size(cls, value: Any) -> int:
         return check_window_size(value)
 
     @field_validator("source_id_meta_field")
     @classmethod
     def _check_source_fields(cls, value: str | list[str]) -> str | list[str]:
-        _field_names(value)
+        field_names(value)
         return value
 
     @field_validator("level")
@@ -325,26 +314,31 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
             one merged string and one ``split_id``-ordered list of chunks per
             retrieved document, in input order.
         """
-        plan = self._plan(documents, window_size)
-        return _outputs(plan.assemble(self.store.mget(plan.keys) if plan.keys else []))
+        return _outputs(self._windows(documents, window_size))
 
     async def arun(
         self, documents: Sequence[Document], window_size: int | None = None
     ) -> dict[str, Any]:
         """Async :meth:`run` (the store's ``amget``)."""
-        plan = self._plan(documents, window_size)
-        return _outputs(plan.assemble(await self.store.amget(plan.keys) if plan.keys else []))
+        return _outputs(await self._awindows(documents, window_size))
 
-    # Internals ---------------------------------------------------------------
+    # Internals: the sync and async twins differ only at the mget line --------
+
+    def _windows(self, documents: Sequence[Document], window_size: int | None) -> list[Window]:
+        plan = self._plan(documents, window_size)
+        return plan.assemble(self.store.mget(plan.keys) if plan.keys else [])
+
+    async def _awindows(
+        self, documents: Sequence[Document], window_size: int | None
+    ) -> list[Window]:
+        plan = self._plan(documents, window_size)
+        return plan.assemble(await self.store.amget(plan.keys) if plan.keys else [])
 
     def _expand(self, documents: Sequence[Document], **kwargs: Any) -> list[Document]:
-        plan = self._plan(documents, **_options(kwargs))
-        windows = plan.assemble(self.store.mget(plan.keys) if plan.keys else [])
-        return [window.document() for window in windows]
+        return [window.document() for window in self._windows(documents, _window_option(kwargs))]
 
     async def _aexpand(self, documents: Sequence[Document], **kwargs: Any) -> list[Document]:
-        plan = self._plan(documents, **_options(kwargs))
-        windows = plan.assemble(await self.store.amget(plan.keys) if plan.keys else [])
+        windows = await self._awindows(documents, _window_option(kwargs))
         return [window.document() for window in windows]
 
     def _plan(self, documents: Sequence[Document], window_size: int | None = None) -> _Plan:
@@ -361,14 +355,14 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
         if not isinstance(doc, Document):
             msg = f"SentenceWindowExpander expects Documents; got {type(doc).__name__}."
             raise TypeError(msg)
-        fields = _field_names(self.source_id_meta_field)
+        fields = field_names(self.source_id_meta_field)
         names = [*fields, self.split_id_meta_field]
-        missing = [name for name in names if not _present(doc.metadata, name)]
+        missing = [name for name in names if not present(doc.metadata, name)]
         if missing:
             if not self.raise_on_missing_meta_fields:
                 return doc
             msg = (
-                f"Document {_describe(doc)} lacks the metadata field(s) {missing} "
+                f"Document {describe(doc)} lacks the metadata field(s) {missing} "
                 f"(source_id_meta_field={self.source_id_meta_field!r}, "
                 f"split_id_meta_field={self.split_id_meta_field!r}). Split with "
                 "WindowSplitter, or pass raise_on_missing_meta_fields=False to pass "
@@ -378,7 +372,7 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
         source_id = composite_source_id(doc.metadata, fields)
         split_id = _as_int(doc.metadata[self.split_id_meta_field], self.split_id_meta_field, doc)
         hi = split_id + size
-        n_splits = _n_splits([doc])
+        n_splits = _int_field([doc], SOURCE_SPLITS)
         if n_splits is not None:
             hi = min(hi, n_splits - 1)
         ids = range(max(0, split_id - size), max(hi, split_id) + 1)
@@ -386,12 +380,13 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
         return _Request(doc, source_id, split_id, keys)
 
 
-def _options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def _window_option(kwargs: Mapping[str, Any]) -> int | None:
     unknown = sorted(set(kwargs) - {"window_size"})
     if unknown:
         msg = f"Unknown option(s) {unknown} for SentenceWindowExpander; allowed: ['window_size']."
         raise ValueError(msg)
-    return dict(kwargs)
+    value: int | None = kwargs.get("window_size")
+    return value
 
 
 def _outputs(windows: Sequence[Window]) -> dict[str, Any]:
@@ -399,125 +394,3 @@ def _outputs(windows: Sequence[Window]) -> dict[str, Any]:
         "context_windows": [window.text for window in windows],
         "context_documents": [list(window.chunks) for window in windows],
     }
-
-
-# The splitter ----------------------------------------------------------------
-
-
-class WindowSplitter(BaseDocumentTransformer):
-    """Split with any ``TextSplitter``, stamp window metadata, store the chunks.
-
-    Each chunk gets the source id (under ``source_id_meta_field``), its
-    ``split_id`` (0, 1, 2 ... per source), ``split_idx_start`` (its char offset
-    in the source text), ``source_splits`` (the source's chunk count) and, as
-    its ``Document.id``, its store key. The chunks are written to ``store`` in
-    one ``mset`` and returned, to be indexed in BM25 or a vector store.
-
-    A source's id is its ``source_id_meta_field`` value(s); with a single
-    field that is absent, ``Document.id`` or else a hash of the text is used
-    and stamped into that field. Re-splitting a source overwrites its keys;
-    chunks left over from a longer old version are never read, because
-    windows stop at ``source_splits``.
-
-    Example:
-        .. code-block:: python
-
-            splitter = WindowSplitter(RecursiveCharacterTextSplitter(chunk_size=200), store)
-            chunks = splitter.split_documents(docs)
-            chain = BM25Retriever.from_documents(chunks) | splitter.expander(window_size=2)
-    """
-
-    def __init__(
-        self,
-        splitter: TextSplitter,
-        store: BaseStore[str, Document],
-        *,
-        source_id_meta_field: str | list[str] = "source_id",
-        split_id_meta_field: str = "split_id",
-        level: str = CHUNK_LEVEL,
-    ) -> None:
-        if not isinstance(splitter, TextSplitter):
-            msg = f"splitter must be a LangChain TextSplitter; got {type(splitter).__name__}."
-            raise TypeError(msg)
-        self.splitter = splitter
-        self.store = store
-        self.source_id_meta_field = source_id_meta_field
-        self.split_id_meta_field = split_id_meta_field
-        self.level = check_level_name(level)
-        self._fields = _field_names(source_id_meta_field)
-
-    def split_documents(self, documents: Sequence[Document]) -> list[Document]:
-        """Split, stamp and store; returns the chunks."""
-        chunks = self._chunks(documents)
-        if chunks:
-            self.store.mset([(str(chunk.id), chunk) for chunk in chunks])
-        return chunks
-
-    async def asplit_documents(self, documents: Sequence[Document]) -> list[Document]:
-        """Async :meth:`split_documents` (the store's ``amset``)."""
-        chunks = self._chunks(documents)
-        if chunks:
-            await self.store.amset([(str(chunk.id), chunk) for chunk in chunks])
-        return chunks
-
-    def transform_documents(self, documents: Sequence[Document], **kwargs: Any) -> list[Document]:
-        """Same as :meth:`split_documents` (the ``BaseDocumentTransformer`` interface)."""
-        return self.split_documents(documents)
-
-    async def atransform_documents(
-        self, documents: Sequence[Document], **kwargs: Any
-    ) -> list[Document]:
-        """Same as :meth:`asplit_documents`."""
-        return await self.asplit_documents(documents)
-
-    def expander(self, **kwargs: Any) -> SentenceWindowExpander:
-        """A :class:`SentenceWindowExpander` over the same store and fields."""
-        settings: dict[str, Any] = {
-            "store": self.store,
-            "source_id_meta_field": self.source_id_meta_field,
-            "split_id_meta_field": self.split_id_meta_field,
-            "level": self.level,
-        }
-        return SentenceWindowExpander(**{**settings, **kwargs})
-
-    def _chunks(self, documents: Sequence[Document]) -> list[Document]:
-        out: list[Document] = []
-        seen: set[str] = set()
-        for doc in documents:
-            source_id, meta = self._identify(doc)
-            if source_id in seen:
-                msg = (
-                    f"Source id {source_id!r} appears twice in one call; their chunks "
-                    "would overwrite each other. Give each source a distinct id."
-                )
-                raise ValueError(msg)
-            seen.add(source_id)
-            text = doc.page_content
-            pieces = [piece for piece in self.splitter.split_text(text) if piece]
-            spans = locate_chunks(text, pieces)
-            for split_id, (start, end) in enumerate(spans):
-                chunk_meta = {
-                    **meta,
-                    self.split_id_meta_field: split_id,
-                    SPLIT_IDX_START: start,
-                    SOURCE_SPLITS: len(spans),
-                }
-                key = chunk_key(source_id, split_id, self.level)
-                out.append(Document(page_content=text[start:end], metadata=chunk_meta, id=key))
-        return out
-
-    def _identify(self, doc: Document) -> tuple[str, dict[str, Any]]:
-        meta = dict(doc.metadata)
-        missing = [name for name in self._fields if not _present(meta, name)]
-        if not missing:
-            return composite_source_id(meta, self._fields), meta
-        if len(self._fields) > 1:
-            msg = (
-                f"Document {_describe(doc)} lacks the source id field(s) {missing} "
-                f"of the composite key {list(self._fields)}; add them to its metadata."
-            )
-            raise ValueError(msg)
-        digest = hashlib.sha256(doc.page_content.encode("utf-8", "surrogatepass")).hexdigest()
-        source_id = doc.id or f"sha256-{digest[:32]}"
-        meta[self._fields[0]] = source_id
-        return source_id, meta

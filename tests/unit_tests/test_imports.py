@@ -6,7 +6,9 @@ EXPECTED_ALL = [
     "IndexingResult",
     "Level",
     "SentenceSplitter",
+    "SentenceWindowExpander",
     "SmallToBigRetriever",
+    "WindowSplitter",
     "__version__",
     "estimate_tokens",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import pairwise
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,21 +15,20 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.stores import InMemoryStore
 from langchain_text_splitters import TextSplitter
 
+from langchain_s2b import WindowSplitter
 from langchain_s2b.ingest import identify, prepare
 from langchain_s2b.resolve import (
     Chunk,
     assemble_windows,
+    coalesce_windows,
     hit_from_metadata,
     merge_chunks,
     plan_windows,
 )
 from langchain_s2b.retrievers import SmallToBigRetriever
 from langchain_s2b.splitting import Level
-from langchain_s2b.windows import SentenceWindowExpander, WindowSplitter
 
-PROPERTY = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Letters, digits, whitespace, punctuation, accents, CJK, emoji: every char is one code point.
 ALPHABET = st.characters(
@@ -71,9 +71,7 @@ def text_and_spans(draw: st.DrawFn) -> tuple[str, list[tuple[int, int]]]:
     """Any spans of a text: overlapping, contained, repeated, empty, disjoint; unsorted."""
     text = draw(texts)
     n = len(text)
-    pairs = draw(
-        st.lists(st.tuples(st.integers(0, n), st.integers(0, n)), min_size=1, max_size=12)
-    )
+    pairs = draw(st.lists(st.tuples(st.integers(0, n), st.integers(0, n)), min_size=1, max_size=12))
     spans = [(min(a, b), max(a, b)) for a, b in pairs]
     spans += draw(st.lists(st.sampled_from(spans), max_size=3))  # identical offsets
     return text, draw(st.permutations(spans))
@@ -87,7 +85,7 @@ def covering_chunking(draw: st.DrawFn) -> tuple[str, list[tuple[int, int]]]:
     cuts = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=10))) - {n})
     bounds = [0, *cuts, n]
     spans = []
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in pairwise(bounds):
         spans.append((a, min(n, b + draw(st.integers(0, 8)))))
     for a, b in list(spans):
         if draw(st.booleans()):
@@ -103,9 +101,13 @@ class TestMergeChunks:
     def test_result_is_the_slice_it_claims_with_reported_gaps(self, case):
         text, spans = case
         merged = merge_chunks([Chunk(a, b, text[a:b], i) for i, (a, b) in enumerate(spans)])
-        assert merged.start == min(a for a, _ in spans)
-        assert merged.end == max(b for _, b in spans)
-        assert list(merged.gaps) == uncovered(spans)
+        covering = [(a, b) for a, b in spans if b > a]  # empty chunks cover nothing
+        if not covering:
+            assert (merged.text, merged.start, merged.end) == ("", spans[0][0], spans[0][0])
+            return
+        assert merged.start == min(a for a, _ in covering)
+        assert merged.end == max(b for _, b in covering)
+        assert list(merged.gaps) == uncovered(covering)
         assert merged.text == slice_with_gaps(text, merged.start, merged.end, merged.gaps)
 
     @PROPERTY
@@ -133,12 +135,13 @@ def corpus(draw: st.DrawFn, *, overlap: bool) -> dict[str, tuple[str, list[tuple
     """1-3 sources, each with a leaf chunking (tiled by build_tree)."""
     out = {}
     for i in range(draw(st.integers(1, 3))):
-        text = draw(st.text(ALPHABET, min_size=1, max_size=150))
+        text = draw(st.text(ALPHABET, min_size=40 if overlap else 1, max_size=150))
         n = len(text)
-        cuts = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=15))) - {n})
+        n_cuts = 40 if overlap else 15
+        cuts = sorted(set(draw(st.lists(st.integers(1, max(1, n - 1)), max_size=n_cuts))) - {n})
         bounds = [0, *cuts, n]
-        extra = st.integers(0, 20) if overlap else st.just(0)
-        spans = [(a, min(n, b + draw(extra))) for a, b in zip(bounds, bounds[1:], strict=False)]
+        extra = st.integers(0, 40) if overlap else st.just(0)
+        spans = [(a, min(n, b + draw(extra))) for a, b in pairwise(bounds)]
         out[f"src-{i}/é"] = (text, spans)
     return out
 
@@ -163,7 +166,8 @@ def window_case(draw: st.DrawFn, *, overlap: bool = False, deletions: bool = Fal
         hit_from_metadata(leaf.metadata, leaf.page_content, draw(st.floats(0, 1)), leaf.id)
         for leaf in chosen
     ]
-    before, after = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    sizes = st.integers(0, 1) if overlap else st.integers(0, 3)
+    before, after = draw(sizes), draw(sizes)
     if deletions:
         hit_keys = {hit.key for hit in hits}
         deletable = sorted(k for k in nodes if k not in hit_keys and "/sentence/" in k)
@@ -194,7 +198,7 @@ def assert_disjoint(windows):
         by_source[doc.metadata["source_id"]].append((doc.metadata["start"], doc.metadata["end"]))
     for spans in by_source.values():
         spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (start, _) in pairwise(spans):
             assert end <= start, spans
 
 
@@ -235,9 +239,23 @@ class TestPlanWindows:
     @given(case=window_case(overlap=True))
     def test_overlapping_chunks_merge_exactly(self, case):
         sources, hits, before, after, nodes = case
-        windows = plan_and_assemble(hits, before, after, nodes)
+        windows = coalesce_windows(plan_and_assemble(hits, before, after, nodes))
         check_windows(sources, hits, windows)
         assert_disjoint(windows)
+        scores = [doc.metadata["score"] for doc in windows]
+        assert scores == sorted(scores, reverse=True)
+
+    def test_chunks_overlapping_past_their_neighbour_need_coalesce_windows(self):
+        text = "abcdefghijklmnopqrstuvwxyz"
+        spans = [(i, min(26, i + 10)) for i in range(0, 26, 2)]  # chunk 0 overlaps chunk 4
+        sources = {"s": (text, spans)}
+        leaves, nodes = build_nodes(sources)
+        hits = [hit_from_metadata(leaf.metadata, leaf.page_content, 1.0) for leaf in leaves[:5:4]]
+        split_only = plan_and_assemble(hits, 0, 0, nodes)
+        assert [(d.metadata["start"], d.metadata["end"]) for d in split_only] == [(0, 10), (8, 18)]
+        (window,) = coalesce_windows(split_only)
+        assert (window.page_content, window.metadata["split_ids"]) == (text[:18], [0, 4])
+        assert [m["split_id"] for m in window.metadata["matches"]] == [0, 4]
 
 
 # The stand-alone expander over random overlapping chunkings ------------------
@@ -322,9 +340,7 @@ class TestRetrieverWindows:
         window_size=st.integers(0, 3),
         k=st.integers(1, 6),
     )
-    def test_windows_are_exact_disjoint_and_hold_their_matches(
-        self, docs, query, window_size, k
-    ):
+    def test_windows_are_exact_disjoint_and_hold_their_matches(self, docs, query, window_size, k):
         retriever = SmallToBigRetriever.from_documents(
             docs, DeterministicFakeEmbedding(size=32), mode="window"
         )
