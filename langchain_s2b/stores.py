@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
+from langchain_core.runnables.config import run_in_executor
 from langchain_core.stores import BaseStore
 
 CODEC_VERSION = 1
@@ -62,47 +63,79 @@ def _decode_all(keys: Sequence[str], values: Sequence[bytes | None]) -> list[Doc
     return [None if v is None else decode_document(v, k) for k, v in zip(keys, values, strict=True)]
 
 
+def _side(store: Any) -> bool | None:
+    """``SQLStore.async_mode``: True when async-only, False when sync-only."""
+    mode = getattr(store, "async_mode", None)
+    return mode if isinstance(mode, bool) else None
+
+
 class DocumentCodecStore(BaseStore[str, Document]):
     """A ``BaseStore[str, Document]`` over any byte store, through JSON.
 
     Sync calls go to the byte store's sync methods and async calls to its async
-    ones, so a store that supports only one side (``SQLStore`` built on a sync or
-    an async engine) works from that side.
+    ones. A store built for one side only (``SQLStore`` on a sync or an async
+    engine) works from the other side too when it is sync-only (its methods run
+    in a worker thread); an async-only store used synchronously is a clear error.
     """
 
     def __init__(self, byte_store: BaseStore[str, bytes]) -> None:
         self.byte_store = byte_store
 
+    def _check_sync(self) -> None:
+        if _side(self.byte_store) is True:
+            msg = (
+                f"{type(self.byte_store).__name__} was built on an async engine and has no "
+                "sync methods; use ainvoke/aadd_documents/adelete/averify or build it on a "
+                "sync engine."
+            )
+            raise ValueError(msg)
+
+    async def _acall(self, name: str, *args: Any) -> Any:
+        if _side(self.byte_store) is False:
+            return await run_in_executor(None, getattr(self.byte_store, name[1:]), *args)
+        return await getattr(self.byte_store, name)(*args)
+
     def mget(self, keys: Sequence[str]) -> list[Document | None]:
         """Fetch and decode documents."""
+        self._check_sync()
         return _decode_all(keys, self.byte_store.mget(keys))
 
     async def amget(self, keys: Sequence[str]) -> list[Document | None]:
         """Fetch and decode documents, asynchronously."""
-        return _decode_all(keys, await self.byte_store.amget(keys))
+        return _decode_all(keys, await self._acall("amget", keys))
 
     def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
         """Encode and store documents."""
+        self._check_sync()
         self.byte_store.mset([(k, encode_document(d)) for k, d in key_value_pairs])
 
     async def amset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
         """Encode and store documents, asynchronously."""
-        await self.byte_store.amset([(k, encode_document(d)) for k, d in key_value_pairs])
+        await self._acall("amset", [(k, encode_document(d)) for k, d in key_value_pairs])
 
     def mdelete(self, keys: Sequence[str]) -> None:
         """Delete keys."""
+        self._check_sync()
         self.byte_store.mdelete(keys)
 
     async def amdelete(self, keys: Sequence[str]) -> None:
         """Delete keys, asynchronously."""
-        await self.byte_store.amdelete(keys)
+        await self._acall("amdelete", keys)
 
     def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
         """Iterate over keys (with an optional prefix)."""
+        self._check_sync()
         yield from self.byte_store.yield_keys(prefix=prefix)
 
     async def ayield_keys(self, *, prefix: str | None = None) -> AsyncIterator[str]:
         """Iterate over keys asynchronously."""
+        if _side(self.byte_store) is False:
+            keys = await run_in_executor(
+                None, lambda: list(self.byte_store.yield_keys(prefix=prefix))
+            )
+            for key in keys:
+                yield key
+            return
         async for key in self.byte_store.ayield_keys(prefix=prefix):
             yield key
 
