@@ -9,8 +9,6 @@ the FAISS index with ``faiss.write_index`` and everything else as JSON.
 from __future__ import annotations
 
 import json
-import operator
-import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -22,58 +20,23 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
+from langchain_s2b.filters import Filter, matches_filter
+from langchain_s2b.index_files import RECORDS_FORMAT, read_faiss, read_records
+
+__all__ = ["INDEX_FILE", "RECORDS_FILE", "FaissIndex", "Filter", "matches_filter", "normalise"]
+
 INDEX_FILE = "children.faiss"
 RECORDS_FILE = "children.jsonl"
-Filter = dict[str, Any] | Callable[[dict[str, Any]], bool]
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "$eq": operator.eq,
-    "$ne": operator.ne,
-    "$gt": operator.gt,
-    "$gte": operator.ge,
-    "$lt": operator.lt,
-    "$lte": operator.le,
-    "$in": lambda value, options: value in options,
-    "$nin": lambda value, options: value not in options,
-}
 
 
-def matches_filter(metadata: dict[str, Any], flt: Filter | None) -> bool:
-    """Whether ``metadata`` passes a filter: a callable or a Mongo-style dict."""
-    if flt is None:
-        return True
-    if callable(flt):
-        return bool(flt(metadata))
-    for field, cond in flt.items():
-        if field == "$and":
-            ok = all(matches_filter(metadata, sub) for sub in cond)
-        elif field == "$or":
-            ok = any(matches_filter(metadata, sub) for sub in cond)
-        elif field == "$not":
-            ok = not matches_filter(metadata, cond)
-        elif isinstance(cond, dict):
-            ok = all(_apply(op, metadata.get(field), arg) for op, arg in cond.items())
-        else:
-            ok = metadata.get(field) == cond
-        if not ok:
-            return False
-    return True
-
-
-def _apply(op: str, value: Any, arg: Any) -> bool:
-    if op not in _OPS:
-        msg = f"Unknown filter operator {op!r}; allowed: {sorted(_OPS)}, $and, $or, $not."
+def normalise(vectors: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    """L2-normalised float32 copy of the rows (zero rows stay zero)."""
+    out = np.array(vectors, dtype=np.float32, order="C", copy=True)
+    if out.ndim != 2:
+        msg = f"Expected a 2-D array of vectors; got shape {out.shape}."
         raise ValueError(msg)
-    try:
-        return _OPS[op](value, arg)
-    except TypeError:
-        return False
-
-
-def normalise(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalise rows (zero rows stay zero)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.where(norms > 0, vectors / np.where(norms > 0, norms, 1), 0).astype(np.float32)
+    faiss.normalize_L2(out)
+    return out
 
 
 class FaissIndex(VectorStore):
@@ -83,12 +46,28 @@ class FaissIndex(VectorStore):
         embedding: the model that embeds children and queries.
         index_factory: a FAISS ``index_factory`` string (``"Flat"`` exact,
             ``"HNSW32"``, ``"IVF1024,Flat"`` ...); inner-product metric.
+        search_params: FAISS search-time parameters, e.g. ``"nprobe=16"`` (IVF) or
+            ``"efSearch=64"`` (HNSW), as ``faiss.ParameterSpace`` reads them.
+        train_size: an index that needs training (IVF, PQ) keeps its first vectors
+            in an exact flat index until this many have arrived, then trains on
+            them and moves them in (default: FAISS's 39 per IVF list, at least
+            10,000). Call :meth:`train` to train on a sample of your own instead.
     """
 
-    def __init__(self, embedding: Embeddings, index_factory: str = "Flat") -> None:
+    def __init__(
+        self,
+        embedding: Embeddings,
+        index_factory: str = "Flat",
+        *,
+        search_params: str | None = None,
+        train_size: int | None = None,
+    ) -> None:
         self.embedding = embedding
         self.index_factory = index_factory
+        self.search_params = search_params
+        self.train_size = train_size
         self._index: Any = None
+        self._staging: Any = None
         self._dim: int | None = None
         self._next_id = 0
         self._ids: dict[str, int] = {}
@@ -106,14 +85,42 @@ class FaissIndex(VectorStore):
         """Vector dimension, once the first vector is added."""
         return self._dim
 
+    @property
+    def is_trained(self) -> bool:
+        """False while an IVF/PQ index still holds its vectors in the exact staging index."""
+        return self._staging is None and (self._index is None or bool(self._index.is_trained))
+
     def __len__(self) -> int:
         return len(self._ids)
 
+    def _new_index(self, dim: int) -> Any:
+        try:
+            inner = faiss.index_factory(dim, self.index_factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as err:
+            msg = f"FAISS rejects index_factory={self.index_factory!r}: {str(err).splitlines()[-1]}"
+            raise ValueError(msg) from None
+        index = inner if "IDMap" in self.index_factory else faiss.IndexIDMap2(inner)
+        if self.search_params:
+            try:
+                self._apply_search_params(index)
+            except RuntimeError:
+                msg = (
+                    f"FAISS cannot set search_params={self.search_params!r} on a "
+                    f"{self.index_factory!r} index (IVF: 'nprobe=16'; HNSW: 'efSearch=64')."
+                )
+                raise ValueError(msg) from None
+        return index
+
+    def _apply_search_params(self, index: Any) -> None:
+        space: Any = faiss.ParameterSpace()
+        space.set_index_parameters(index, self.search_params)
+
     def _ensure_index(self, dim: int) -> None:
         if self._index is None:
-            inner = faiss.index_factory(dim, self.index_factory, faiss.METRIC_INNER_PRODUCT)
-            self._index = inner if "IDMap" in self.index_factory else faiss.IndexIDMap2(inner)
+            self._index = self._new_index(dim)
             self._dim = dim
+            if not self._index.is_trained:
+                self._staging = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         elif dim != self._dim:
             msg = (
                 f"The embedding returns {dim}-dimensional vectors but this index holds "
@@ -121,8 +128,47 @@ class FaissIndex(VectorStore):
             )
             raise ValueError(msg)
 
+    def _active(self) -> Any:
+        return self._staging if self._staging is not None else self._index
+
+    def _wanted_training(self) -> int:
+        if self.train_size is not None:
+            return self.train_size
+        try:
+            return max(10_000, 39 * int(faiss.extract_index_ivf(self._index).nlist))
+        except RuntimeError:
+            return 10_000
+
+    def train(self, vectors: np.ndarray | Sequence[Sequence[float]]) -> None:
+        """Train an IVF/PQ index on a sample now, and move the staged vectors in."""
+        matrix = normalise(np.asarray(vectors, dtype=np.float32))
+        with self._lock:
+            self._ensure_index(matrix.shape[1])
+            if not self._index.is_trained:
+                self._index.train(matrix)
+            self._unstage()
+
+    def _unstage(self) -> None:
+        """Train on the staged vectors if still needed, then move them to the index."""
+        staging, self._staging = self._staging, None
+        if staging is None or staging.ntotal == 0:
+            return
+        rows = faiss.vector_to_array(staging.id_map).astype(np.int64)
+        vectors = faiss.downcast_index(staging.index).reconstruct_n(0, staging.ntotal)
+        if not self._index.is_trained:
+            try:
+                self._index.train(vectors)
+            except RuntimeError as err:
+                self._staging = staging
+                msg = f"Training {self.index_factory!r} failed: {str(err).splitlines()[-1]}"
+                raise ValueError(msg) from None
+        self._index.add_with_ids(vectors, rows)
+
     def add_vectors(
-        self, vectors: np.ndarray, texts: Sequence[str], metadatas: Sequence[dict[str, Any]],
+        self,
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]],
         ids: Sequence[str],
     ) -> list[str]:
         """Add precomputed vectors; an existing id is replaced."""
@@ -135,21 +181,28 @@ class FaissIndex(VectorStore):
             raise ValueError(msg)
         with self._lock:
             self._ensure_index(matrix.shape[1])
-            self.delete([i for i in ids if i in self._ids])
-            if not self._index.is_trained:
-                self._index.train(normalise(matrix))
+            known = self._ids
+            self.delete([i for i in ids if i in known])
             rows = np.arange(self._next_id, self._next_id + len(ids), dtype=np.int64)
             self._next_id += len(ids)
-            self._index.add_with_ids(normalise(matrix), rows)
-            for row, key, text, meta in zip(rows.tolist(), ids, texts, metadatas):
-                self._ids[key] = row
-                self._keys[row] = key
-                self._records[row] = (text, meta)
+            self._active().add_with_ids(normalise(matrix), rows)
+            records = self._records
+            keys = self._keys
+            for row, key, text, meta in zip(rows.tolist(), ids, texts, metadatas, strict=True):
+                known[key] = row
+                keys[row] = key
+                records[row] = (text, meta)
+            if self._staging is not None and self._staging.ntotal >= self._wanted_training():
+                self._unstage()
         return list(ids)
 
     def add_texts(
-        self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None,
-        *, ids: list[str] | None = None, **kwargs: Any,
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
     ) -> list[str]:
         """Embed and add texts under ``ids`` (required: children have keys)."""
         texts = list(texts)
@@ -166,7 +219,7 @@ class FaissIndex(VectorStore):
         with self._lock:
             rows = [self._ids.pop(key) for key in ids or [] if key in self._ids]
             if rows:
-                self._index.remove_ids(np.asarray(rows, dtype=np.int64))
+                self._active().remove_ids(np.asarray(rows, dtype=np.int64))
             for row in rows:
                 del self._keys[row]
                 del self._records[row]
@@ -183,36 +236,48 @@ class FaissIndex(VectorStore):
         return Document(page_content=text, metadata=dict(meta), id=self._keys[row])
 
     def search_rows(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Raw batched search: ``(scores, rows)``; ``-1`` rows are empty slots."""
+        """Raw batched search: ``(scores, rows)``, one row per query; ``-1`` is an empty slot."""
         matrix = np.asarray(queries, dtype=np.float32)
         with self._lock:
-            if self._index is None or self._index.ntotal == 0:
+            index = self._active()
+            if index is None or index.ntotal == 0:
                 empty = np.empty((len(matrix), 0))
                 return empty.astype(np.float32), empty.astype(np.int64)
             self._ensure_index(matrix.shape[1])
-            k = min(k, int(self._index.ntotal))
-            scores, rows = self._index.search(normalise(matrix), k)
+            k = min(k, int(index.ntotal))
+            scores, rows = index.search(normalise(matrix), k)
         return scores, rows
 
     def record(self, row: int) -> tuple[str, str, dict[str, Any]] | None:
         """``(key, text, metadata)`` of a search row, or ``None`` if it is gone."""
+        return self.records([row])[0]
+
+    def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
+        """:meth:`record` for many rows under one lock (``-1`` and deleted rows: ``None``)."""
+        out: list[tuple[str, str, dict[str, Any]] | None] = []
         with self._lock:
-            key = self._keys.get(row)
-            if key is None:
-                return None
-            text, meta = self._records[row]
-        return key, text, meta
+            keys, records = self._keys, self._records
+            for row in rows:
+                key = keys.get(row)
+                out.append(None if key is None else (key, *records[row]))
+        return out
 
     def similarity_search_with_score_by_vector(
-        self, embedding: list[float], k: int = 4, filter: Filter | None = None,
-        fetch_k: int = 20, **kwargs: Any,
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: Filter | None = None,
+        fetch_k: int = 20,
+        **kwargs: Any,
     ) -> list[tuple[Document, float]]:
         """Nearest children with cosine scores; a filter post-filters ``fetch_k``."""
         wanted = max(k, fetch_k) if filter is not None else k
         scores, rows = self.search_rows(np.asarray([embedding]), wanted)
         out: list[tuple[Document, float]] = []
-        for score, row in zip(scores[0].tolist(), rows[0].tolist()):
-            found = self.record(row) if row >= 0 else None
+        rows_list = rows[0].tolist()
+        for score, row, found in zip(
+            scores[0].tolist(), rows_list, self.records(rows_list), strict=True
+        ):
             if found and matches_filter(found[2], filter):
                 out.append((self._document(row), float(score)))
         return out[:k]
@@ -233,8 +298,12 @@ class FaissIndex(VectorStore):
 
     @classmethod
     def from_texts(
-        cls, texts: list[str], embedding: Embeddings,
-        metadatas: list[dict[str, Any]] | None = None, *, ids: list[str] | None = None,
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
         **kwargs: Any,
     ) -> FaissIndex:
         """Build an index from texts with their keys."""
@@ -259,7 +328,7 @@ class FaissIndex(VectorStore):
         with self._lock:
             written = [RECORDS_FILE]
             if self._index is not None:
-                faiss.write_index(self._index, str(path / INDEX_FILE))
+                faiss.write_index(self._active(), str(path / INDEX_FILE))
                 written.append(INDEX_FILE)
             with (path / RECORDS_FILE).open("w", encoding="ascii") as out:
                 header = {
@@ -268,6 +337,9 @@ class FaissIndex(VectorStore):
                     "factory": self.index_factory,
                     "next": self._next_id,
                     "count": len(self._records),
+                    "staged": self._staging is not None,
+                    "search_params": self.search_params,
+                    "train_size": self.train_size,
                 }
                 out.write(json.dumps(header) + "\n")
                 for row, (text, meta) in self._records.items():
@@ -284,12 +356,18 @@ class FaissIndex(VectorStore):
         ``ValueError`` naming the file and what is wrong.
         """
         path = Path(directory)
-        header, records = _read_records(path / RECORDS_FILE)
-        store = cls(embedding, index_factory=header["factory"])
+        header, records = read_records(path / RECORDS_FILE)
+        store = cls(embedding, header["factory"], **header["options"])
         store._next_id = header["next"]
         if header["dim"] is not None:
-            store._index = _read_faiss(path / INDEX_FILE, header["dim"], records)
-            store._dim = header["dim"]
+            index = read_faiss(path / INDEX_FILE, header["dim"], records)
+            store._ensure_index(header["dim"])
+            if header["staged"]:
+                store._staging = index
+            else:
+                store._staging, store._index = None, index
+                if store.search_params:
+                    store._apply_search_params(index)
         elif records:
             msg = f"{path / RECORDS_FILE}: records but no dimension; the file is damaged."
             raise ValueError(msg)
@@ -298,86 +376,3 @@ class FaissIndex(VectorStore):
             store._keys[row] = key
             store._records[row] = (text, meta)
         return store
-
-
-RECORDS_FORMAT = "langchain_s2b.faiss.v1"
-_FACTORY = re.compile(r"^[A-Za-z0-9_,.\-]{1,200}$")
-Record = tuple[int, str, str, dict[str, Any]]
-
-
-def _damaged(file: Path, what: str) -> ValueError:
-    return ValueError(f"{file} is not a langchain_s2b child index file: {what}.")
-
-
-def _int(value: Any, name: str, file: Path, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _damaged(file, f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
-    """Parse and type-check ``children.jsonl``."""
-    try:
-        lines = file.read_bytes().decode("ascii").splitlines()
-        rows = [json.loads(line) for line in lines]
-    except FileNotFoundError:
-        raise _damaged(file, "the file is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _damaged(file, f"not JSON lines ({err})") from None
-    if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != RECORDS_FORMAT:
-        raise _damaged(file, f"the first line must be a header with format {RECORDS_FORMAT!r}")
-    header = rows[0]
-    dim = header.get("dim")
-    if dim is not None:
-        _int(dim, "dim", file, minimum=1)
-    factory = header.get("factory")
-    if not isinstance(factory, str) or not _FACTORY.match(factory):
-        raise _damaged(file, f"factory must be a FAISS index_factory string, got {factory!r}")
-    nxt = _int(header.get("next"), "next", file)
-    count = _int(header.get("count"), "count", file)
-    records: list[Record] = []
-    seen_keys: set[str] = set()
-    seen_rows: set[int] = set()
-    for rec in rows[1:]:
-        if not isinstance(rec, dict):
-            raise _damaged(file, f"a record must be an object, got {type(rec).__name__}")
-        row = _int(rec.get("row"), "row", file)
-        key, text, meta = rec.get("key"), rec.get("text"), rec.get("meta")
-        ok = isinstance(key, str) and key and isinstance(text, str) and isinstance(meta, dict)
-        if not ok or row >= nxt or key in seen_keys or row in seen_rows:
-            raise _damaged(file, f"bad record for row {row!r} (key {key!r})")
-        seen_keys.add(str(key))
-        seen_rows.add(row)
-        records.append((row, str(key), str(text), dict(meta)))  # type: ignore[arg-type]
-    if count != len(records):
-        raise _damaged(file, f"the header counts {count} records but {len(records)} follow")
-    return {"dim": dim, "factory": factory, "next": nxt}, records
-
-
-def _read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
-    """Read a FAISS file and check it matches the records exactly."""
-    try:
-        with file.open("rb") as fh:
-            magic = fh.read(4)
-    except FileNotFoundError:
-        raise _damaged(file, "the file is missing") from None
-    if magic != b"IxM2":
-        raise _damaged(file, f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}")
-    try:
-        index: Any = faiss.read_index(str(file))
-    except RuntimeError as err:
-        raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
-    if index.d != dim:
-        msg = (
-            f"{file} holds {index.d}-dimensional vectors but the records say {dim}; "
-            "the files do not belong together."
-        )
-        raise ValueError(msg)
-    rows = sorted(int(r) for r in faiss.vector_to_array(index.id_map).tolist())
-    if index.ntotal != len(records) or rows != sorted(r[0] for r in records):
-        msg = (
-            f"{file} holds {index.ntotal} vectors whose ids do not match the "
-            f"{len(records)} records; the files do not belong together."
-        )
-        raise ValueError(msg)
-    return index

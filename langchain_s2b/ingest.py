@@ -161,17 +161,14 @@ def prepare(source: Source, levels: Sequence[Level]) -> Prepared:
             }
             if node.children is not None:
                 meta["children"] = list(node.children)
+            is_leaf = level == tree.levels[0]
+            if is_leaf:  # one document serves the docstore and the child index
+                meta["ancestors"] = [list(a) for a in node.ancestors]
+                meta["source_splits"] = n_leaves
             doc = Document(page_content=text[node.start : node.end], metadata=meta, id=node.key)
             nodes.append((node.key, doc))
-            if level == tree.levels[0]:
-                leaf_meta = {
-                    **meta,
-                    "ancestors": [list(a) for a in node.ancestors],
-                    "source_splits": n_leaves,
-                }
-                leaves.append(
-                    Document(page_content=doc.page_content, metadata=leaf_meta, id=node.key)
-                )
+            if is_leaf:
+                leaves.append(doc)
     return Prepared(source, leaves, nodes, manifest_document(source, tree))
 
 

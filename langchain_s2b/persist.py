@@ -8,7 +8,8 @@ A save directory holds complete snapshots and a pointer to the current one::
         s2b.json               format, version, configuration, checksums
         children.faiss         faiss.write_index of the child index
         children.jsonl         the children's keys, text and metadata
-        nodes.jsonl            the docstore, when it lives in memory
+        nodes.txt              the docstore, when it lives in memory: per line the
+                               key as a JSON string, a tab, the document as JSON
 
 ``save`` writes a new snapshot beside the old ones, flushes it to disk, then
 replaces ``CURRENT`` with ``os.replace`` (atomic) and only then removes older
@@ -37,7 +38,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from langchain_s2b.index import FaissIndex
+from langchain_s2b.index import INDEX_FILE, RECORDS_FILE, FaissIndex
 from langchain_s2b.lifecycle import Config
 from langchain_s2b.splitting import (
     PARAGRAPH_BOUNDARY,
@@ -57,7 +58,7 @@ FORMAT = "langchain_s2b"
 FORMAT_VERSION = 1
 POINTER = "CURRENT"
 CONFIG_FILE = "s2b.json"
-NODES_FILE = "nodes.jsonl"
+NODES_FILE = "nodes.txt"
 _SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
 _TEMP_PREFIX = ".tmp-"
 _NOT_CONFIG = frozenset(
@@ -155,14 +156,19 @@ def _docstore_kind(store: BaseStore[str, Document]) -> str:
 
 
 def _write_nodes(store: BaseStore[str, Document], file: Path) -> int:
+    """Copy every key and document; a codec store's bytes are copied as they are."""
     count = 0
-    with file.open("w", encoding="ascii") as out:
+    raw_store = store.byte_store if isinstance(store, DocumentCodecStore) else None
+    with file.open("wb") as out:
         for batch in _batches(store.yield_keys()):
-            for key, doc in zip(batch, store.mget(batch), strict=True):
-                if doc is not None:
-                    value = encode_document(doc).decode("ascii")
-                    out.write(f'{{"key": {json.dumps(key)}, "doc": {value}}}\n')
-                    count += 1
+            values: list[Any] = (raw_store or store).mget(batch)
+            for key, value in zip(batch, values, strict=True):
+                if value is None:
+                    continue
+                if not isinstance(value, bytes) or not value.isascii() or b"\n" in value:
+                    value = encode_document(decode_document(value, key) if raw_store else value)
+                out.write(json.dumps(key).encode("ascii") + b"\t" + value + b"\n")
+                count += 1
     return count
 
 
@@ -402,9 +408,15 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
         problems.append("files must map file names to checksums")
     if not isinstance(meta.get("retriever"), dict) or not isinstance(meta.get("fingerprint"), str):
         problems.append("retriever must be an object and fingerprint a string")
-    if not isinstance(levels, list) or not levels or not all(
-        isinstance(lv, dict) and isinstance(lv.get("name"), str)
-        and isinstance(lv.get("splitter"), dict) for lv in levels
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or not all(
+            isinstance(lv, dict)
+            and isinstance(lv.get("name"), str)
+            and isinstance(lv.get("splitter"), dict)
+            for lv in levels
+        )
     ):
         problems.append("levels must be a non-empty list of {name, splitter}")
     if problems:
@@ -413,10 +425,10 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
 
 
 def _check_files(snap: Path, files: Mapping[str, str]) -> None:
-    allowed = {FaissIndex.save.__module__ and "children.faiss", "children.jsonl", NODES_FILE}
+    allowed = {INDEX_FILE, RECORDS_FILE, NODES_FILE}
     for name, digest in files.items():
         if name not in allowed:
-            msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {sorted(allowed)}."
+            msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {allowed}."
             raise ValueError(msg)
         file = snap / name
         if not file.is_file() or _sha256(file) != digest:
@@ -458,26 +470,31 @@ def _load_docstore(
             byte_store = InMemoryByteStore()
         else:
             docstore = InMemoryStore()
-    given = {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
+    sink: BaseStore[str, Any] = byte_store if byte_store is not None else docstore  # type: ignore[assignment]
     if info["saved"]:
-        target = docstore if docstore is not None else DocumentCodecStore(byte_store)  # type: ignore[arg-type]
-        for batch in _batches(_read_nodes(snap / NODES_FILE)):  # type: ignore[arg-type]
-            target.mset(batch)  # type: ignore[arg-type]
-    return given
+        pairs: list[tuple[str, Any]] = []
+        for key, raw, doc in _read_nodes(snap / NODES_FILE):
+            pairs.append((key, raw if byte_store is not None else doc))
+            if len(pairs) == _BATCH:
+                sink.mset(pairs)
+                pairs = []
+        sink.mset(pairs)
+    return {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
 
 
-def _read_nodes(file: Path) -> Iterator[tuple[str, Document]]:
+def _read_nodes(file: Path) -> Iterator[tuple[str, bytes, Document]]:
+    """``(key, raw JSON, document)`` per line; every document is decoded and checked."""
     with file.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
+            head, tab, raw = line.rstrip(b"\n").partition(b"\t")
             try:
-                row = json.loads(line)
+                key = json.loads(head)
             except (UnicodeDecodeError, json.JSONDecodeError):
-                row = None
-            if not isinstance(row, dict) or not isinstance(row.get("key"), str):
-                msg = f"{file}, line {number}: expected {{\"key\": str, \"doc\": {{...}}}}."
+                key = None
+            if not tab or not isinstance(key, str):
+                msg = f"{file}, line {number}: expected a JSON string key, a tab and a document."
                 raise ValueError(msg)
-            raw = json.dumps(row.get("doc")).encode("ascii")
-            yield row["key"], decode_document(raw, row["key"])
+            yield key, raw, decode_document(raw, key)
 
 
 def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Level]:
@@ -488,7 +505,8 @@ def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Lev
         levels.append(Level(name, splitter))
     unknown = sorted(set(splitters) - {lv.name for lv in levels})
     if unknown:
-        msg = f"splitters= names unknown levels {unknown}; the saved levels are {[lv.name for lv in levels]}."
+        names = [lv.name for lv in levels]
+        msg = f"splitters= names unknown levels {unknown}; the saved levels are {names}."
         raise ValueError(msg)
     return levels
 
@@ -544,7 +562,9 @@ def _fsync_dir(directory: Path) -> None:
 def _remove_old(root: Path, keep: str) -> None:
     """Remove older snapshots and leftovers of interrupted saves."""
     for child in root.iterdir():
-        if child.name == keep or not child.is_dir():
+        if child.name == keep:
             continue
-        if _SNAPSHOT.match(child.name) or child.name.startswith(_TEMP_PREFIX):
+        if child.is_dir() and (_SNAPSHOT.match(child.name) or child.name.startswith(_TEMP_PREFIX)):
             shutil.rmtree(child, ignore_errors=True)
+        elif child.is_file() and child.name.startswith(_TEMP_PREFIX):
+            child.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from langchain_core.callbacks import (
@@ -20,15 +21,19 @@ from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_cu
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list
 from langchain_core.stores import BaseStore, InMemoryStore
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from typing_extensions import Self
 
-from langchain_s2b import lifecycle, ops
-from langchain_s2b.ops import Embed, Fetch, Search
+from langchain_s2b import batch as batching
+from langchain_s2b import lifecycle, ops, persist
+from langchain_s2b import verify as checks
 from langchain_s2b.index import FaissIndex
 from langchain_s2b.ingest import IndexingResult
+from langchain_s2b.ops import Embed, Fetch, Search
 from langchain_s2b.params import Mode, QueryParams, check, with_overrides
 from langchain_s2b.plans import PLANS, RESOLUTION_EVENT, Plan, summary
 from langchain_s2b.search import Searcher
@@ -74,7 +79,8 @@ class SmallToBigRetriever(BaseRetriever):
     Use within a chain:
         .. code-block:: python
 
-            chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm
+            context = retriever | format_docs
+            chain = {"context": context, "question": RunnablePassthrough()} | prompt | llm
 
     Scores are cosine similarities of the best-matching child (max
     aggregation); higher is better. Every result's ``start``/``end`` is its span
@@ -141,8 +147,13 @@ class SmallToBigRetriever(BaseRetriever):
 
     @classmethod
     def from_documents(
-        cls, documents: Sequence[Document], embedding: Embeddings, *,
-        ids: Sequence[str] | None = None, index_factory: str = "Flat", **fields: Any,
+        cls,
+        documents: Sequence[Document],
+        embedding: Embeddings,
+        *,
+        ids: Sequence[str] | None = None,
+        index_factory: str = "Flat",
+        **fields: Any,
     ) -> SmallToBigRetriever:
         """Build a FAISS-backed retriever and add ``documents`` in one call."""
         retriever = cls(vectorstore=FaissIndex(embedding, index_factory), **fields)
@@ -152,9 +163,15 @@ class SmallToBigRetriever(BaseRetriever):
     def defaults(self) -> QueryParams:
         """The constructor's retrieval options, before per-call overrides."""
         base = QueryParams(
-            mode=self.mode, k=self.k, fetch_k=self.fetch_k, window_size=self.window_size,
-            window_before=self.window_before, window_after=self.window_after,
-            coalesce=self.coalesce, max_tokens=self.max_tokens, margin=self.margin,
+            mode=self.mode,
+            k=self.k,
+            fetch_k=self.fetch_k,
+            window_size=self.window_size,
+            window_before=self.window_before,
+            window_after=self.window_after,
+            coalesce=self.coalesce,
+            max_tokens=self.max_tokens,
+            margin=self.margin,
             merge_threshold=self.merge_threshold,
         )
         return with_overrides(base, self.search_kwargs)
@@ -195,7 +212,9 @@ class SmallToBigRetriever(BaseRetriever):
     ) -> list[Document]:
         params = with_overrides(self.defaults(), kwargs)
         docs: list[Document] = self._drive(self._retrieve(query, params))
-        dispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": run_manager.get_child()})
+        dispatch_custom_event(
+            RESOLUTION_EVENT, summary(docs), config={"callbacks": run_manager.get_child()}
+        )
         return docs
 
     async def _aget_relevant_documents(
@@ -208,7 +227,9 @@ class SmallToBigRetriever(BaseRetriever):
         )
         return docs
 
-    def _retrieve(self, query: str, params: QueryParams) -> Generator[ops.Request, Any, list[Document]]:
+    def _retrieve(
+        self, query: str, params: QueryParams
+    ) -> Generator[ops.Request, Any, list[Document]]:
         """Search, over-fetching until ``k`` results exist; then one batched fetch."""
         plan: Plan = PLANS[params.mode]
         vector = yield Embed(query)
@@ -222,7 +243,7 @@ class SmallToBigRetriever(BaseRetriever):
         chosen = plan.select(groups, params)
         keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
         values = yield Fetch(keys)
-        fetched = dict(zip(keys, values))
+        fetched = dict(zip(keys, values, strict=False))
         return plan.assemble(chosen, fetched, params, self.on_missing)
 
     # The two drivers: the only place where sync and async differ -------------
@@ -253,3 +274,123 @@ class SmallToBigRetriever(BaseRetriever):
 
     async def _ado(self, request: ops.Request) -> Any:
         return await ops.arun(request, self._searcher, self.docstore)
+
+    # Persistence and verification ----------------------------------------------
+
+    def save(self, path: str | Path, *, include_docstore: bool | None = None) -> Path:
+        """Save the child index, the in-memory docstore and the configuration.
+
+        Atomic (a crash leaves the previous save loadable) and pickle-free; see
+        :mod:`langchain_s2b.persist`. A docstore on disk or in a server is not
+        copied unless ``include_docstore=True``: pass it again to :meth:`load`.
+        """
+        with self._rwlock.hold(write=False):
+            return persist.save(self, path, include_docstore=include_docstore)
+
+    @classmethod
+    def load(cls, path: str | Path, embedding: Embeddings, **kwargs: Any) -> SmallToBigRetriever:
+        """Load a :meth:`save`; checks the format version and the embedding's dimension.
+
+        Keyword arguments: ``docstore=``/``byte_store=`` (required when the save
+        did not copy its store), ``vectorstore=``, ``splitters={level: splitter}``
+        for custom splitters, and any retriever option to override.
+        """
+        return persist.load(path, embedding, **kwargs)
+
+    def verify(self, *, repair: bool = False) -> checks.VerifyReport:
+        """Check that the child index, the docstore and the manifests agree.
+
+        With ``repair=True``, delete orphans and re-index (or remove) sources
+        with missing pieces; see :mod:`langchain_s2b.verify`.
+        """
+        with self._rwlock.hold(write=repair):
+            check = checks.check(self._lifecycle_config(), repair=repair)
+            return checks.drive(check, self._searcher, self.docstore)
+
+    async def averify(self, *, repair: bool = False) -> checks.VerifyReport:
+        """Async :meth:`verify`."""
+        async with self._rwlock.ahold(write=repair):
+            check = checks.check(self._lifecycle_config(), repair=repair)
+            return await checks.adrive(check, self._searcher, self.docstore)
+
+    # Batch -------------------------------------------------------------------------
+
+    def batch(
+        self,
+        inputs: list[str],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Retrieve for many queries together: one embedding call, one search, one fetch.
+
+        Every query runs the generator ``invoke`` runs, in lock-step with the
+        others (:mod:`langchain_s2b.batch`), so each gets what ``invoke(query,
+        **kwargs)`` returns (a FAISS matrix search may round a score differently
+        in its last float32 digit), and its own callback run. Queries are
+        embedded by the model's ``embed_queries`` when it has one.
+        """
+        if not inputs:
+            return []
+        configs = get_config_list(config, len(inputs))
+        kwargs.pop("run_id", None)
+        runs = batching.start_runs(self, inputs, configs, kwargs)
+        try:
+            params = with_overrides(self.defaults(), kwargs)
+        except ValueError as err:
+            outcomes: list[batching.Outcome] = [(False, err)] * len(inputs)
+        else:
+            with self._rwlock.hold(write=False):
+                driver = batching.lockstep([self._retrieve(q, params) for q in inputs])
+                try:
+                    step = next(driver)
+                    while True:
+                        step = driver.send(batching.run_many(step, self._searcher, self.docstore))
+                except StopIteration as stop:
+                    outcomes = stop.value
+        for run, (ok, value) in zip(runs, outcomes, strict=True):
+            if ok:
+                child = RunnableConfig(callbacks=run.get_child())
+                dispatch_custom_event(RESOLUTION_EVENT, summary(value), config=child)
+                run.on_retriever_end(value)
+            else:
+                run.on_retriever_error(value)
+        return batching.first_error(outcomes, return_exceptions)
+
+    async def abatch(
+        self,
+        inputs: list[str],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async :meth:`batch`."""
+        if not inputs:
+            return []
+        configs = get_config_list(config, len(inputs))
+        kwargs.pop("run_id", None)
+        runs = await batching.astart_runs(self, inputs, configs, kwargs)
+        try:
+            params = with_overrides(self.defaults(), kwargs)
+        except ValueError as err:
+            outcomes: list[batching.Outcome] = [(False, err)] * len(inputs)
+        else:
+            async with self._rwlock.ahold(write=False):
+                driver = batching.lockstep([self._retrieve(q, params) for q in inputs])
+                try:
+                    step = next(driver)
+                    while True:
+                        answers = await batching.arun_many(step, self._searcher, self.docstore)
+                        step = driver.send(answers)
+                except StopIteration as stop:
+                    outcomes = stop.value
+        for run, (ok, value) in zip(runs, outcomes, strict=True):
+            if ok:
+                child = RunnableConfig(callbacks=run.get_child())
+                await adispatch_custom_event(RESOLUTION_EVENT, summary(value), config=child)
+                await run.on_retriever_end(value)
+            else:
+                await run.on_retriever_error(value)
+        return batching.first_error(outcomes, return_exceptions)

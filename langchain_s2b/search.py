@@ -9,12 +9,13 @@ higher is better, by the store's own rule), else by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings, FakeEmbeddings
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
@@ -22,6 +23,12 @@ from langchain_s2b.index import FaissIndex, matches_filter
 from langchain_s2b.resolve import Hit, hit_from_child, hit_from_metadata
 
 Found = tuple[list[Hit], bool]
+SYMMETRIC_EMBEDDINGS = (DeterministicFakeEmbedding, FakeEmbeddings)
+"""Models whose ``embed_documents`` embeds a text exactly as ``embed_query`` does.
+
+Any other model may prefix queries (E5's ``query: ``), so a batch of queries is
+embedded by its ``embed_queries`` method when it has one, else one by one.
+"""
 
 
 class Searcher:
@@ -66,12 +73,72 @@ class Searcher:
     @staticmethod
     def _search_faiss(index: FaissIndex, vector: list[float], fetch: int, flt: Any) -> Found:
         scores, rows = index.search_rows(np.asarray([vector], dtype=np.float32), fetch)
-        hits = []
-        for score, row in zip(scores[0].tolist(), rows[0].tolist(), strict=False):
-            found = index.record(row) if row >= 0 else None
-            if found is not None and matches_filter(found[2], flt):
-                hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
-        return hits, fetch >= len(index)
+        return _faiss_hits(index, scores[0], rows[0], flt), fetch >= len(index)
+
+    # Many queries at once (``SmallToBigRetriever.batch``) ---------------------------
+
+    def embed_queries(self, queries: list[str]) -> list[list[float] | None]:
+        """Query vectors for many queries, in one model call when the model allows it."""
+        emb = self.embeddings
+        if emb is None:
+            return [None] * len(queries)
+        batched = getattr(emb, "embed_queries", None)
+        if callable(batched):
+            return [list(v) for v in batched(queries)]
+        if isinstance(emb, SYMMETRIC_EMBEDDINGS):
+            return [list(v) for v in emb.embed_documents(queries)]
+        return [list(emb.embed_query(q)) for q in queries]
+
+    async def aembed_queries(self, queries: list[str]) -> list[list[float] | None]:
+        """Async :meth:`embed_queries` (queries embedded concurrently without a batch API)."""
+        emb = self.embeddings
+        if emb is None:
+            return [None] * len(queries)
+        batched = getattr(emb, "aembed_queries", None)
+        if callable(batched):
+            return [list(v) for v in await batched(queries)]
+        if callable(getattr(emb, "embed_queries", None)):
+            return await run_in_executor(None, self.embed_queries, queries)
+        if isinstance(emb, SYMMETRIC_EMBEDDINGS):
+            return [list(v) for v in await emb.aembed_documents(queries)]
+        found = await asyncio.gather(*(emb.aembed_query(q) for q in queries))
+        return [list(v) for v in found]
+
+    def search_many(
+        self, vectors: Sequence[list[float] | None], queries: Sequence[str], fetch: int, flt: Any
+    ) -> list[Found]:
+        """:meth:`search` for many queries; FAISS searches them as one matrix."""
+        matrix = self._faiss_matrix(vectors)
+        if self.faiss is not None and matrix is not None:
+            return self._search_faiss_many(self.faiss, matrix, fetch, flt)
+        return [self.search(v, q, fetch, flt) for v, q in zip(vectors, queries, strict=True)]
+
+    async def asearch_many(
+        self, vectors: Sequence[list[float] | None], queries: Sequence[str], fetch: int, flt: Any
+    ) -> list[Found]:
+        """Async :meth:`search_many` (other stores are searched concurrently)."""
+        matrix = self._faiss_matrix(vectors)
+        if self.faiss is not None and matrix is not None:
+            return await run_in_executor(
+                None, self._search_faiss_many, self.faiss, matrix, fetch, flt
+            )
+        pairs = zip(vectors, queries, strict=True)
+        return list(await asyncio.gather(*(self.asearch(v, q, fetch, flt) for v, q in pairs)))
+
+    def _faiss_matrix(self, vectors: Sequence[list[float] | None]) -> np.ndarray | None:
+        if self.faiss is None or any(v is None for v in vectors):
+            return None
+        return np.asarray(vectors, dtype=np.float32)
+
+    @staticmethod
+    def _search_faiss_many(
+        index: FaissIndex, matrix: np.ndarray, fetch: int, flt: Any
+    ) -> list[Found]:
+        scores, rows = index.search_rows(matrix, fetch)
+        exhausted = fetch >= len(index)
+        return [
+            (_faiss_hits(index, s, r, flt), exhausted) for s, r in zip(scores, rows, strict=True)
+        ]
 
     def _relevance(self) -> Callable[[float], float]:
         try:
@@ -133,5 +200,23 @@ class Searcher:
                     continue
 
     async def adelete(self, keys: list[str]) -> None:
-        """Async :meth:`delete`."""
-        await run_in_executor(None, self.delete, keys)
+        """Async :meth:`delete` (through the store's ``adelete``: async-only stores work)."""
+        if not keys:
+            return
+        try:
+            await self.vectorstore.adelete(keys)
+        except (ValueError, KeyError):
+            for key in keys:
+                try:
+                    await self.vectorstore.adelete([key])
+                except (ValueError, KeyError):
+                    continue
+
+
+def _faiss_hits(index: FaissIndex, scores: np.ndarray, rows: np.ndarray, flt: Any) -> list[Hit]:
+    """One query's FAISS result row as hits (rows deleted since, or filtered out, skipped)."""
+    hits = []
+    for score, found in zip(scores.tolist(), index.records(rows.tolist()), strict=True):
+        if found is not None and (flt is None or matches_filter(found[2], flt)):
+            hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
+    return hits

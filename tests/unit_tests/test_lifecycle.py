@@ -1,0 +1,303 @@
+"""Upsert, no-op re-add, delete and verify/repair across both stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.stores import InMemoryByteStore, InMemoryStore
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever, lifecycle
+from langchain_s2b.ingest import manifest_keys
+from langchain_s2b.splitting import section_splitter, size_splitter
+
+from ._embeddings import BagOfWords
+
+PARAGRAPH = "Sentence {n} of {name} tells about topic {n}. "
+
+
+def text(name: str, paragraphs: int, sentences: int = 4) -> str:
+    paras = [
+        "".join(PARAGRAPH.format(n=p * 10 + s, name=name) for s in range(sentences))
+        for p in range(paragraphs)
+    ]
+    return "\n\n".join(paras)
+
+
+class CountingEmbedding(BagOfWords):
+    """Counts the texts it embeds."""
+
+    embedded = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.embedded += len(texts)
+        return super().embed_documents(texts)
+
+
+def make(**kwargs: Any) -> SmallToBigRetriever:
+    emb = kwargs.pop("embedding", None) or CountingEmbedding()
+    return SmallToBigRetriever(
+        vectorstore=FaissIndex(emb),
+        child_splitter=size_splitter(12),
+        parent_splitter=section_splitter(60),
+        **kwargs,
+    )
+
+
+def doc_keys(r: SmallToBigRetriever) -> set[str]:
+    return set(r.docstore.yield_keys())
+
+
+def child_keys(r: SmallToBigRetriever) -> set[str]:
+    assert isinstance(r.vectorstore, FaissIndex)
+    return set(r.vectorstore.keys())
+
+
+def owned(r: SmallToBigRetriever, source_id: str) -> tuple[set[str], set[str]]:
+    """(docstore keys, leaf keys) a source's manifest lists."""
+    from langchain_s2b.keys import encode_source_key, manifest_key
+
+    (manifest,) = r.docstore.mget([manifest_key(encode_source_key(source_id))])
+    assert manifest is not None
+    keys = manifest_keys(manifest)
+    leaf = manifest.metadata["levels"][0]
+    return set(keys), {k for k in keys if k.rsplit("/", 2)[-2] == leaf}
+
+
+def corpus() -> list[Document]:
+    return [
+        Document(text("alpha", 6), id="alpha", metadata={"lang": "en"}),
+        Document(text("beta", 3), id="beta"),
+        Document(text("gamma", 1), id="gamma"),
+    ]
+
+
+def assert_exact(r: SmallToBigRetriever, ids: list[str]) -> None:
+    """Both stores hold exactly the keys the manifests of ``ids`` list."""
+    want_docs: set[str] = set()
+    want_leaves: set[str] = set()
+    for sid in ids:
+        keys, leaves = owned(r, sid)
+        want_docs |= keys
+        want_leaves |= leaves
+    assert doc_keys(r) == want_docs
+    assert child_keys(r) == want_leaves
+
+
+class TestAddAndReAdd:
+    def test_add_reports_and_counts(self) -> None:
+        r = make()
+        result = r.add_documents(corpus())
+        assert result.added == ["alpha", "beta", "gamma"]
+        assert result.updated == result.unchanged == []
+        assert result.num_children == len(child_keys(r)) > 3
+        assert_exact(r, ["alpha", "beta", "gamma"])
+
+    def test_unchanged_re_add_is_a_no_op(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        emb = r.vectorstore.embeddings
+        assert isinstance(emb, CountingEmbedding)
+        before = (doc_keys(r), child_keys(r), emb.embedded)
+        result = r.add_documents(corpus())
+        assert result.unchanged == ["alpha", "beta", "gamma"]
+        assert result.added == result.updated == []
+        assert result.num_children == 0
+        assert (doc_keys(r), child_keys(r), emb.embedded) == before
+
+    @pytest.mark.parametrize(("old", "new"), [(6, 2), (2, 6), (3, 3)])
+    def test_changed_content_upserts_without_orphans(self, old: int, new: int) -> None:
+        r = make()
+        r.add_documents([Document(text("alpha", old), id="alpha"), corpus()[1]])
+        changed = Document(text("alpha", new).replace("topic", "subject"), id="alpha")
+        result = r.add_documents([changed])
+        assert result.updated == ["alpha"]
+        assert_exact(r, ["alpha", "beta"])
+        hit = r.invoke("Sentence 1 of alpha tells about subject 1.", k=1)[0]
+        assert "subject" in hit.page_content
+        assert "topic" not in hit.page_content
+        assert r.verify().ok
+
+    def test_metadata_change_is_an_update(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        doc = Document(corpus()[0].page_content, id="alpha", metadata={"lang": "fr"})
+        assert r.add_documents([doc]).updated == ["alpha"]
+        assert_exact(r, ["alpha", "beta", "gamma"])
+
+    def test_empty_and_whitespace_sources_index_nothing(self) -> None:
+        r = make()
+        result = r.add_documents([Document("", id="e"), Document(" \n\t ", id="w")])
+        assert result.empty == ["e", "w"]
+        assert doc_keys(r) == set()
+        assert child_keys(r) == set()
+
+
+class TestDelete:
+    def test_delete_removes_from_both_stores(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        assert r.delete(["beta", "nope", "alpha"]) == ["beta", "alpha"]
+        assert_exact(r, ["gamma"])
+        assert all(d.metadata["source_id"] == "gamma" for d in r.invoke("alpha", k=5))
+
+    def test_delete_unknown_is_not_an_error(self) -> None:
+        r = make()
+        assert r.delete(["never-added"]) == []
+        r.add_documents(corpus())
+        assert r.delete(["alpha"]) == ["alpha"]
+        assert r.delete(["alpha"]) == []
+
+    def test_delete_needs_a_list(self) -> None:
+        with pytest.raises(TypeError, match="list of source ids"):
+            make().delete("alpha")
+
+    def test_deleted_source_can_come_back(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        r.delete(["alpha"])
+        assert r.add_documents(corpus()).added == ["alpha"]
+        assert_exact(r, ["alpha", "beta", "gamma"])
+
+
+class TestAsync:
+    async def test_async_add_upsert_delete(self) -> None:
+        r = make(byte_store=InMemoryByteStore())
+        assert (await r.aadd_documents(corpus())).added == ["alpha", "beta", "gamma"]
+        assert (await r.aadd_documents(corpus())).unchanged == ["alpha", "beta", "gamma"]
+        changed = Document(text("alpha", 2), id="alpha")
+        assert (await r.aadd_documents([changed])).updated == ["alpha"]
+        assert_exact(r, ["alpha", "beta", "gamma"])
+        assert await r.adelete(["gamma", "zzz"]) == ["gamma"]
+        assert_exact(r, ["alpha", "beta"])
+        assert (await r.averify()).ok
+
+
+def interrupted(r: SmallToBigRetriever, docs: list[Document], steps: int) -> None:
+    """Run an add for ``steps`` I/O requests and stop, like a crash would."""
+    gen = lifecycle.add(r._lifecycle_config(), docs, None)
+    request = next(gen)
+    for _ in range(steps):
+        request = gen.send(r._do(request))
+    gen.close()
+
+
+class TestVerify:
+    def test_clean_index_is_ok(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        report = r.verify()
+        assert report.ok
+        assert report.sources == 3
+        assert report.children == len(child_keys(r))
+        assert report.nodes == len(doc_keys(r)) - 3
+
+    def test_interrupted_first_add_leaves_orphans_that_repair_removes(self) -> None:
+        r = make()
+        r.add_documents(corpus()[1:])
+        interrupted(r, [corpus()[0]], steps=3)  # nodes and leaves written, no manifest
+        report = r.verify()
+        assert not report.ok
+        assert report.orphan_nodes
+        assert all(k.startswith("alpha/") for k in report.orphan_nodes)
+        assert report.orphan_children
+        fixed = r.verify(repair=True)
+        assert fixed.repaired
+        assert r.verify().ok
+        assert_exact(r, ["beta", "gamma"])
+
+    def test_interrupted_upsert_is_repaired(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        longer = Document(text("alpha", 9), id="alpha")
+        interrupted(r, [longer], steps=5)  # old removed, new nodes written, no leaves
+        assert not r.verify().ok
+        r.verify(repair=True)
+        assert r.verify().ok
+        assert r.add_documents([longer]).added == ["alpha"]
+        assert_exact(r, ["alpha", "beta", "gamma"])
+
+    def test_lost_node_and_lost_vector_are_rebuilt_from_the_document(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        keys, leaves = owned(r, "alpha")
+        lost_node = sorted(k for k in keys if "/parent/" in k)[0]
+        lost_leaf = sorted(leaves)[1]
+        r.docstore.mdelete([lost_node])
+        r.vectorstore.delete([lost_leaf])
+        report = r.verify()
+        assert report.missing_nodes == {"alpha": [lost_node]}
+        assert report.missing_children == {"alpha": [lost_leaf]}
+        fixed = r.verify(repair=True)
+        assert fixed.rebuilt == ["alpha"]
+        assert fixed.removed == []
+        assert r.verify().ok
+        assert_exact(r, ["alpha", "beta", "gamma"])
+        # the rebuilt source is the same source: re-adding it changes nothing
+        assert r.add_documents(corpus()).unchanged == ["alpha", "beta", "gamma"]
+
+    def test_source_whose_text_is_lost_is_removed_and_reported(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        r.docstore.mdelete(["beta/doc/0"])
+        fixed = r.verify(repair=True)
+        assert fixed.removed == ["beta"]
+        assert r.verify().ok
+        assert_exact(r, ["alpha", "gamma"])
+
+    def test_orphan_vector_and_bad_manifest(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        assert isinstance(r.vectorstore, FaissIndex)
+        r.vectorstore.add_texts(["stray"], [{}], ids=["stray/child/0"])
+        r.docstore.mset([("gamma/manifest", Document("", metadata={"counts": "x"}))])
+        report = r.verify()
+        assert report.bad_manifests == ["gamma/manifest"]
+        assert {k.split("/")[0] for k in report.orphan_nodes} == {"gamma"}
+        assert "stray/child/0" in report.orphan_children
+        assert {k.split("/")[0] for k in report.orphan_children} == {"gamma", "stray"}
+        r.verify(repair=True)
+        assert r.verify().ok
+        assert_exact(r, ["alpha", "beta"])
+
+    def test_foreign_keys_are_counted_never_touched(self) -> None:
+        store = InMemoryStore()
+        store.mset([("user:data", Document("mine")), ("a/b", Document("also mine"))])
+        r = make(docstore=store)
+        r.add_documents(corpus())
+        report = r.verify(repair=True)
+        assert report.ok
+        assert report.foreign_keys == 2
+        assert store.mget(["user:data", "a/b"])[0] is not None
+
+    async def test_async_verify_and_repair(self) -> None:
+        r = make(byte_store=InMemoryByteStore())
+        await r.aadd_documents(corpus())
+        r.docstore.mdelete(["alpha/child/0"])
+        report = await r.averify(repair=True)
+        assert report.rebuilt == ["alpha"]
+        assert (await r.averify()).ok
+
+
+class TestOtherChildIndexes:
+    def test_verify_and_repair_with_in_memory_vector_store(self) -> None:
+        from langchain_core.vectorstores import InMemoryVectorStore
+
+        r = SmallToBigRetriever(
+            vectorstore=InMemoryVectorStore(BagOfWords()),
+            child_splitter=size_splitter(12),
+            parent_splitter=section_splitter(60),
+        )
+        r.add_documents(corpus())
+        _, leaves = owned(r, "beta")
+        r.vectorstore.delete([sorted(leaves)[0]])
+        r.vectorstore.add_texts(["stray"], ids=["stray/child/0"])
+        report = r.verify()
+        assert report.missing_children == {"beta": [sorted(leaves)[0]]}
+        assert report.orphan_children == ["stray/child/0"]
+        assert r.verify(repair=True).rebuilt == ["beta"]
+        assert r.verify().ok
+        assert (
+            r.invoke("Sentence 1 of beta tells about topic 1.")[0].metadata["source_id"] == "beta"
+        )

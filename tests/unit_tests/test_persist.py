@@ -1,0 +1,387 @@
+"""save/load: round trips, crafted files, version and dimension checks, atomicity."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pytest
+from langchain_classic.storage import LocalFileStore
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.stores import InMemoryByteStore, InMemoryStore
+
+from langchain_s2b import FaissIndex, Level, SentenceSplitter, SmallToBigRetriever, persist
+from langchain_s2b.splitting import paragraph_splitter, section_splitter, size_splitter
+
+DIM = 32
+REPO = Path(__file__).resolve().parents[2]
+
+
+def emb(size: int = DIM) -> DeterministicFakeEmbedding:
+    return DeterministicFakeEmbedding(size=size)
+
+
+def corpus(tag: str = "v1") -> list[Document]:
+    return [
+        Document(
+            f"# Part {i}\n\nThe {tag} text of part {i}. It has two sentences.\n\n"
+            f"Another paragraph {i} in {tag}. More words here.",
+            id=f"doc-{i}",
+            metadata={"tag": tag, "n": i},
+        )
+        for i in range(6)
+    ]
+
+
+def build(**kwargs: Any) -> SmallToBigRetriever:
+    kwargs.setdefault("child_splitter", size_splitter(8))
+    kwargs.setdefault("parent_splitter", section_splitter(40))
+    r = SmallToBigRetriever(vectorstore=FaissIndex(emb()), **kwargs)
+    r.add_documents(corpus())
+    return r
+
+
+QUERIES = ["The v1 text of part 3.", "Another paragraph 1 in v1.", "More words here."]
+
+
+def answers(r: SmallToBigRetriever) -> list[list[tuple[str, str, float]]]:
+    return [
+        [(d.id or "", d.page_content, round(d.metadata["score"], 5)) for d in r.invoke(q)]
+        for q in QUERIES
+    ]
+
+
+def snapshot(path: Path) -> Path:
+    return persist.current_snapshot(path)
+
+
+def reseal(snap: Path) -> None:
+    """Recompute the checksums in s2b.json, as an attacker editing files would."""
+    meta = json.loads((snap / "s2b.json").read_text())
+    for name in meta["files"]:
+        if (snap / name).is_file():
+            meta["files"][name] = hashlib.sha256((snap / name).read_bytes()).hexdigest()
+    (snap / "s2b.json").write_text(json.dumps(meta))
+
+
+def edit_config(snap: Path, change: Any) -> None:
+    meta = json.loads((snap / "s2b.json").read_text())
+    change(meta)
+    (snap / "s2b.json").write_text(json.dumps(meta))
+
+
+class TestRoundTrip:
+    def test_parent_mode_round_trip(self, tmp_path: Path) -> None:
+        r = build(k=3, fetch_k=7)
+        r.save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert answers(loaded) == answers(r)
+        assert (loaded.mode, loaded.k, loaded.fetch_k) == ("parent", 3, 7)
+        assert [lv.name for lv in loaded._levels] == ["child", "parent"]
+        assert loaded.add_documents(corpus()).unchanged == [d.id for d in corpus()]
+        assert loaded.verify().ok
+
+    def test_window_mode_round_trip_with_byte_store(self, tmp_path: Path) -> None:
+        r = build(mode="window", window_size=1, byte_store=InMemoryByteStore(), child_splitter=None)
+        r.save(tmp_path / "idx")
+        meta = json.loads((snapshot(tmp_path / "idx") / "s2b.json").read_text())
+        assert meta["docstore"]["kind"] == "memory-bytes"
+        assert meta["levels"] == [
+            {"name": "sentence", "splitter": {"kind": "sentence", "max_tokens": 200}}
+        ]
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert isinstance(loaded.byte_store, InMemoryByteStore)
+        assert (loaded.mode, loaded.window_size) == ("window", 1)
+        assert answers(loaded) == answers(r)
+
+    def test_all_builtin_splitters_are_rebuilt(self, tmp_path: Path) -> None:
+        levels = [
+            Level("sentence", SentenceSplitter(50)),
+            Level("paragraph", paragraph_splitter(100)),
+            Level("section", section_splitter(300)),
+        ]
+        r = build(mode="multilevel", levels=levels)
+        r.save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        got = [persist.describe_splitter(lv) for lv in loaded._levels]
+        assert got == [persist.describe_splitter(lv) for lv in levels]
+        assert loaded.add_documents(corpus()).unchanged == [d.id for d in corpus()]
+
+    def test_overrides_at_load(self, tmp_path: Path) -> None:
+        build().save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), k=1)
+        assert loaded.k == 1
+        assert len(loaded.invoke(QUERIES[0])) == 1
+
+    def test_empty_retriever(self, tmp_path: Path) -> None:
+        SmallToBigRetriever(vectorstore=FaissIndex(emb())).save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert loaded.invoke("anything") == []
+        loaded.add_documents(corpus())
+        assert loaded.invoke(QUERIES[0])
+
+    def test_resave_replaces_and_cleans(self, tmp_path: Path) -> None:
+        r = build()
+        r.save(tmp_path / "idx")
+        r.add_documents(corpus("v2"))
+        r.save(tmp_path / "idx")
+        names = sorted(p.name for p in (tmp_path / "idx").iterdir())
+        assert len(names) == 2
+        assert names[0] == "CURRENT"
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert answers(loaded) == answers(r)
+
+
+class TestStores:
+    def test_file_store_is_not_copied_and_must_be_passed(self, tmp_path: Path) -> None:
+        store = LocalFileStore(tmp_path / "nodes")
+        r = build(byte_store=store)
+        r.save(tmp_path / "idx")
+        assert not (snapshot(tmp_path / "idx") / "nodes.txt").exists()
+        with pytest.raises(ValueError, match="did not copy its docstore"):
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), byte_store=store)
+        assert answers(loaded) == answers(r)
+
+    def test_include_docstore_copies_an_external_store(self, tmp_path: Path) -> None:
+        r = build(byte_store=LocalFileStore(tmp_path / "nodes"))
+        r.save(tmp_path / "idx", include_docstore=True)
+        target = InMemoryStore()
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), docstore=target)
+        assert answers(loaded) == answers(r)
+        assert sorted(target.yield_keys()) == sorted(r.docstore.yield_keys())
+
+    def test_both_stores_is_an_error(self, tmp_path: Path) -> None:
+        build().save(tmp_path / "idx")
+        with pytest.raises(ValueError, match="not both"):
+            SmallToBigRetriever.load(
+                tmp_path / "idx", emb(), docstore=InMemoryStore(), byte_store=InMemoryByteStore()
+            )
+
+
+class TestRefusals:
+    def test_dimension_mismatch(self, tmp_path: Path) -> None:
+        build().save(tmp_path / "idx")
+        with pytest.raises(ValueError, match=r"32-dimensional.*returns 16-dimensional"):
+            SmallToBigRetriever.load(tmp_path / "idx", emb(16))
+
+    def test_format_version_mismatch(self, tmp_path: Path) -> None:
+        build().save(tmp_path / "idx")
+        edit_config(snapshot(tmp_path / "idx"), lambda m: m.update(format_version=2))
+        with pytest.raises(
+            ValueError, match="format version 2; this langchain_s2b reads version 1"
+        ):
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+
+    def test_custom_splitter_must_be_passed_again(self, tmp_path: Path) -> None:
+        def by_line(text: str) -> list[str]:
+            return text.split("\n")
+
+        r = build(parent_splitter=by_line)
+        r.save(tmp_path / "idx")
+        with pytest.raises(ValueError, match=r"custom splitter.*splitters=\{'parent'"):
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), splitters={"parent": by_line})
+        assert answers(loaded) == answers(r)
+
+    def test_unsaveable_option(self, tmp_path: Path) -> None:
+        r = build(search_kwargs={"filter": lambda meta: True})
+        with pytest.raises(ValueError, match=r"search_kwargs=.*pass search_kwargs=\.\.\. to load"):
+            r.save(tmp_path / "idx")
+        assert not (tmp_path / "idx").exists() or not any((tmp_path / "idx").iterdir())
+
+    def test_refuses_a_foreign_directory_and_a_file(self, tmp_path: Path) -> None:
+        (tmp_path / "other").mkdir()
+        (tmp_path / "other" / "precious.txt").write_text("keep me")
+        with pytest.raises(ValueError, match="not empty and not an earlier"):
+            build().save(tmp_path / "other")
+        (tmp_path / "file").write_text("x")
+        with pytest.raises(ValueError, match="is a file"):
+            build().save(tmp_path / "file")
+        with pytest.raises(ValueError, match="CURRENT is missing"):
+            SmallToBigRetriever.load(tmp_path / "other", emb())
+
+
+EVIL = "cposix\nsystem\n(S'touch {marker}'\ntR."
+"""A classic pickle payload: unpickling it runs ``touch``."""
+
+
+def _evil(marker: Path) -> bytes:
+    return EVIL.format(marker=marker).encode()
+
+
+def _faiss_bytes(dim: int, rows: list[int]) -> bytes:
+    index = faiss.IndexIDMap2(faiss.index_factory(dim, "Flat", faiss.METRIC_INNER_PRODUCT))
+    vectors = np.ones((len(rows), dim), dtype=np.float32)
+    index.add_with_ids(vectors, np.asarray(rows, dtype=np.int64))
+    return bytes(faiss.serialize_index(index))
+
+
+def _records(snap: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (snap / "children.jsonl").read_text().splitlines()]
+
+
+def _write_records(snap: Path, rows: list[dict[str, Any]]) -> None:
+    (snap / "children.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _set(rows: list[dict[str, Any]], i: int, **change: Any) -> list[dict[str, Any]]:
+    rows[i] = {**rows[i], **change}
+    return rows
+
+
+CRAFTED: dict[str, Callable[[Path, Path], Any]] = {
+    "pickle as faiss": lambda snap, m: (snap / "children.faiss").write_bytes(_evil(m)),
+    "pickle as config": lambda snap, m: (snap / "s2b.json").write_bytes(_evil(m)),
+    "pickle as records": lambda snap, m: (snap / "children.jsonl").write_bytes(_evil(m)),
+    "pickle as nodes": lambda snap, m: (snap / "nodes.txt").write_bytes(_evil(m)),
+    "pickle as pointer": lambda snap, m: (snap.parent / "CURRENT").write_bytes(_evil(m)),
+    "pointer escapes": lambda snap, m: (snap.parent / "CURRENT").write_text("../../etc\n"),
+    "faiss of wrong dimension": lambda snap, m: (snap / "children.faiss").write_bytes(
+        _faiss_bytes(8, [r["row"] for r in _records(snap)[1:]])
+    ),
+    "faiss of another type": lambda snap, m: (snap / "children.faiss").write_bytes(
+        bytes(faiss.serialize_index(faiss.IndexFlatIP(DIM)))
+    ),
+    "faiss with other ids": lambda snap, m: (snap / "children.faiss").write_bytes(
+        _faiss_bytes(DIM, [r["row"] + 1000 for r in _records(snap)[1:]])
+    ),
+    "dim is a string": lambda snap, m: edit_config(snap, lambda c: c["embedding"].update(dim="32")),
+    "levels not a list": lambda snap, m: edit_config(snap, lambda c: c.update(levels="child")),
+    "docstore kind unknown": lambda snap, m: edit_config(
+        snap, lambda c: c["docstore"].update(kind="pickle")
+    ),
+    "option of wrong type": lambda snap, m: edit_config(
+        snap, lambda c: c["retriever"].update(k="many")
+    ),
+    "unknown option": lambda snap, m: edit_config(snap, lambda c: c["retriever"].update(evil=1)),
+    "splitter size negative": lambda snap, m: edit_config(
+        snap, lambda c: c["levels"][0]["splitter"].update(chunk_size=-1)
+    ),
+    "unexpected file listed": lambda snap, m: edit_config(
+        snap, lambda c: c["files"].update({"../../x": "0"})
+    ),
+    "record row a string": lambda snap, m: _write_records(snap, _set(_records(snap), 1, row="x")),
+    "record meta a list": lambda snap, m: _write_records(snap, _set(_records(snap), 1, meta=[])),
+    "record count off": lambda snap, m: _write_records(snap, _records(snap)[:-1]),
+    "duplicate record key": lambda snap, m: _write_records(
+        snap, _set(_records(snap), 2, key=_records(snap)[1]["key"])
+    ),
+    "node value not a document": lambda snap, m: (snap / "nodes.txt").write_text(
+        '"a/child/0"\t{"v": 1, "page_content": 5, "metadata": {}}\n'
+    ),
+    "node line without a key": lambda snap, m: (snap / "nodes.txt").write_text(
+        '{"key": "a/child/0", "doc": {}}\n'
+    ),
+}
+
+
+class TestCraftedFiles:
+    @pytest.mark.parametrize("attack", sorted(CRAFTED))
+    def test_crafted_file_is_a_clear_error(self, tmp_path: Path, attack: str) -> None:
+        marker = tmp_path / "pwned"
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        CRAFTED[attack](snap, marker)
+        if attack not in ("pickle as config",) and (snap / "s2b.json").exists():
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+                reseal(snap)
+        with pytest.raises(ValueError) as err:
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert str(err.value)
+        assert "Traceback" not in str(err.value)
+        assert not marker.exists()
+
+    def test_tampered_file_fails_its_checksum(self, tmp_path: Path) -> None:
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        with (snap / "children.jsonl").open("a") as fh:
+            fh.write("\n")
+        with pytest.raises(ValueError, match="does not match its checksum"):
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+
+
+SLOW_SAVE = textwrap.dedent(
+    """
+    import sys, time
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_s2b import SmallToBigRetriever, persist
+
+    path, point = sys.argv[1], sys.argv[2]
+    r = SmallToBigRetriever.load(path, DeterministicFakeEmbedding(size={dim}))
+    r.add_documents([Document("A brand new v2 source. " * 20, id="new-v2")])
+    target = {{"files": "_write_nodes", "pointer": "_write_text_atomic"}}[point]
+    original = getattr(persist, target)
+
+    def stall(*args, **kwargs):
+        if point == "files":
+            original(*args, **kwargs)
+        print("STALLED", flush=True)
+        time.sleep(120)
+
+    setattr(persist, target, stall)
+    r.save(path)
+    """
+).format(dim=DIM)
+
+
+class TestAtomicSave:
+    @pytest.mark.parametrize("point", ["files", "pointer"])
+    def test_kill_mid_save_keeps_the_previous_save(self, tmp_path: Path, point: str) -> None:
+        path = tmp_path / "idx"
+        r = build()
+        r.save(path)
+        before = answers(SmallToBigRetriever.load(path, emb()))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_SAVE, str(path), point],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.strip() == "STALLED", proc.stderr.read() if proc.stderr else ""
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        leftovers = [p.name for p in path.iterdir() if p.name != "CURRENT"]
+        assert len(leftovers) == 2  # the complete old snapshot and the unfinished new one
+        loaded = SmallToBigRetriever.load(path, emb())
+        assert answers(loaded) == before
+        assert "new-v2" not in {k.split("/")[0] for k in loaded.docstore.yield_keys()}
+        loaded.save(path)  # the next save cleans up
+        assert len([p for p in path.iterdir() if p.name != "CURRENT"]) == 1
+
+    def test_error_mid_save_keeps_the_previous_save(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "idx"
+        r = build()
+        r.save(path)
+        before = answers(r)
+        r.add_documents(corpus("v2"))
+
+        def fail(*args: Any) -> None:
+            raise OSError("disk full")
+
+        monkeypatch.setattr(persist, "_write_nodes", fail)
+        with pytest.raises(OSError, match="disk full"):
+            r.save(path)
+        assert len([p for p in path.iterdir() if p.name != "CURRENT"]) == 1
+        assert answers(SmallToBigRetriever.load(path, emb())) == before
