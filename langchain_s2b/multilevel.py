@@ -1,7 +1,9 @@
 """Pure: multilevel escalation, sentence -> paragraph -> section -> document.
 
 Per source document, the *evidence* is the hits whose score is within
-``margin`` of that document's best hit (a weak stray hit does not count).
+``margin`` of that document's best hit (a weak stray hit does not count) and
+that rank among the query's ``fetch_k`` best hits (children fetched deeper,
+only to find ``k`` documents, do not count).
 The context is the lowest common ancestor of the evidence: their paragraph
 when they share one (``single-parent``), else the section or document that
 covers them (``spans-parents``). With ``merge_threshold`` set, the ratio rule
@@ -52,10 +54,23 @@ def group(hits: Sequence[Hit], params: QueryParams) -> list[Group]:
     return rank(list(by_source.values()))
 
 
-def evidence(hits: Sequence[Hit], margin: float) -> list[Hit]:
-    """Hits within ``margin`` of the best one, best first."""
+def evidence(hits: Sequence[Hit], margin: float, floor: float = float("-inf")) -> list[Hit]:
+    """Hits within ``margin`` of the best one and not below ``floor``, best first.
+
+    The best hit always counts, whatever the floor.
+    """
     best = max(hit.score for hit in hits)
-    return sorted((h for h in hits if h.score >= best - margin), key=lambda h: -h.score)
+    cut = max(best - margin, min(floor, best))
+    return sorted((h for h in hits if h.score >= cut), key=lambda h: -h.score)
+
+
+def top_floor(groups: Sequence[Group], top: int) -> float:
+    """The score of the query's ``top``-th best hit.
+
+    Deeper hits, fetched only to find more documents, are not evidence.
+    """
+    scores = sorted((h.score for g in groups for h in g.hits), reverse=True)
+    return scores[min(top, len(scores)) - 1] if scores else float("-inf")
 
 
 def common_level(hits: Sequence[Hit]) -> int:
@@ -88,9 +103,10 @@ def ratio_level(hits: Sequence[Hit], threshold: float) -> int:
 def select(groups: list[Group], params: QueryParams) -> list[Group]:
     """Escalate each of the ``k`` best documents' evidence, within the budget."""
     left = params.max_tokens
+    floor = top_floor(groups, params.fetch_k)
     chosen: list[Group] = []
     for rank_no, doc_group in enumerate(groups[: params.k]):
-        ev = evidence(doc_group.hits, params.margin)
+        ev = evidence(doc_group.hits, params.margin, floor)
         level = common_level(ev)
         why = "single-parent" if level == 0 else "spans-parents"
         if params.merge_threshold is not None:
