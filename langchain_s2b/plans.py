@@ -95,7 +95,7 @@ PLANS: dict[str, Plan] = {
         build=lambda group, fetched: [assemble_parent(group, fetched)],
     ),
     "window": Plan(
-        group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce),
+        group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce, limit=p.k),
         select=_first_k,
         build=assemble_windows,
         finish=lambda docs, p: coalesce_windows(docs) if p.coalesce else docs,

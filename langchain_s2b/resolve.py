@@ -56,30 +56,33 @@ def hit_from_metadata(
     meta: Mapping[str, Any], text: str, score: float, name: str | None = None
 ) -> Hit:
     """Build a hit from leaf metadata; raise if it lacks our fields."""
-    missing = [field for field in LEAF_FIELDS if field not in meta]
-    if missing:
+    try:
+        source_key, level, split_id = meta["source_key"], meta["level"], int(meta["split_id"])
+        source_id, start, end = meta["source_id"], int(meta["start"]), int(meta["end"])
+    except KeyError:
+        missing = [field for field in LEAF_FIELDS if field not in meta]
         msg = (
             f"Child {name or text[:40]!r} from the vector store lacks the metadata "
             f"{missing}; was the index built by SmallToBigRetriever.add_documents?"
         )
-        raise ValueError(msg)
+        raise ValueError(msg) from None
     ancestors = tuple(
         (str(a[0]), int(a[1]), int(a[2]), int(a[3]) if len(a) > 3 else 0)
         for a in meta.get("ancestors", ())
     )
     return Hit(
-        key=node_key(meta["source_key"], meta["level"], int(meta["split_id"])),
-        source_key=meta["source_key"],
-        source_id=meta["source_id"],
-        level=meta["level"],
-        split_id=int(meta["split_id"]),
-        start=int(meta["start"]),
-        end=int(meta["end"]),
-        score=float(score),
-        text=text,
-        parent_key=meta.get("parent_id"),
-        ancestors=ancestors,
-        n_splits=meta.get("source_splits"),
+        f"{source_key}/{level}/{split_id}",  # node_key, inlined: this runs per hit
+        source_key,
+        source_id,
+        level,
+        split_id,
+        start,
+        end,
+        float(score),
+        text,
+        meta.get("parent_id"),
+        ancestors,
+        meta.get("source_splits"),
     )
 
 
@@ -139,43 +142,44 @@ def plan_parents(hits: Sequence[Hit]) -> list[Group]:
 
 
 def plan_windows(
-    hits: Sequence[Hit], before: int, after: int, *, coalesce: bool = True
+    hits: Sequence[Hit],
+    before: int,
+    after: int,
+    *,
+    coalesce: bool = True,
+    limit: int | None = None,
 ) -> list[Group]:
-    """Grow each hit by ``before``/``after`` neighbours; coalesce overlaps."""
-    ranges: list[tuple[Hit, int, int]] = []
+    """Grow each hit by ``before``/``after`` neighbours; coalesce overlaps.
+
+    Hits are taken best first until ``limit`` windows exist; the weaker hits
+    fetched beyond that point are left out, so they never widen a better window.
+    """
+    windows: list[tuple[list[Hit], int, int]] = []
     for hit in dedupe_hits(hits):
+        if limit is not None and len(windows) >= limit:
+            break
         last = hit.n_splits - 1 if hit.n_splits is not None else hit.split_id + after
-        ranges.append((hit, max(0, hit.split_id - before), min(last, hit.split_id + after)))
-    groups = [_window_group([hit], lo, hi) for hit, lo, hi in ranges]
-    if coalesce:
-        groups = _coalesce(groups)
-    return rank(groups)
+        members, lo, hi = [hit], max(0, hit.split_id - before), min(last, hit.split_id + after)
+        if coalesce:
+            keep = []
+            for other in windows:
+                same = other[0][0].source_key == hit.source_key
+                if same and other[1] <= hi + 1 and lo <= other[2] + 1:
+                    members, lo, hi = other[0] + members, min(lo, other[1]), max(hi, other[2])
+                else:
+                    keep.append(other)
+            windows = keep
+        windows.append((members, lo, hi))
+    return rank([_window_group(members, lo, hi) for members, lo, hi in windows])
 
 
 def _window_group(hits: list[Hit], lo: int, hi: int) -> Group:
     first = hits[0]
-    keys = [node_key(first.source_key, first.level, i) for i in range(lo, hi + 1)]
+    prefix = node_key(first.source_key, first.level, 0)[:-1]  # "<source>/<level>/"
+    keys = [f"{prefix}{i}" for i in range(lo, hi + 1)]
     group = Group(first.source_key, first.source_id, keys, hits, first.level, -1, -1)
     group.extra = {"lo": lo, "hi": hi}
     return group
-
-
-def _coalesce(groups: list[Group]) -> list[Group]:
-    """Merge windows of one source whose split ranges overlap or touch."""
-    ordered = sorted(groups, key=lambda g: (g.source_key, g.extra["lo"]))
-    out: list[Group] = []
-    for group in ordered:
-        prev = out[-1] if out else None
-        if (
-            prev
-            and prev.source_key == group.source_key
-            and group.extra["lo"] <= prev.extra["hi"] + 1
-        ):
-            lo, hi = prev.extra["lo"], max(prev.extra["hi"], group.extra["hi"])
-            out[-1] = _window_group(prev.hits + group.hits, lo, hi)
-        else:
-            out.append(group)
-    return out
 
 
 # Merging ---------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""Window mode through the retriever: sentence windows by split index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.stores import InMemoryStore
+
+from langchain_s2b import SmallToBigRetriever
+
+from ._embeddings import BagOfWords
+
+SENTENCES = [f"Sentence {i} mentions word{i}." for i in range(20)]
+TEXT = " ".join(SENTENCES)
+
+
+class CountingStore(InMemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mget_calls = 0
+
+    def mget(self, keys: Any) -> Any:
+        self.mget_calls += 1
+        return super().mget(keys)
+
+
+def _retriever(**fields: Any) -> SmallToBigRetriever:
+    doc = Document(page_content=TEXT, id="s")
+    return SmallToBigRetriever.from_documents([doc], BagOfWords(), mode="window", **fields)
+
+
+def _split_ids(doc: Document) -> list[int]:
+    return list(doc.metadata["split_ids"])
+
+
+class TestWindowMode:
+    def test_default_window_is_three_each_side(self) -> None:
+        (doc,) = _retriever(k=1).invoke("word10")
+        assert _split_ids(doc) == list(range(7, 14))
+        assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
+        assert [m["split_id"] for m in doc.metadata["matches"]] == [10]
+
+    def test_window_size_zero_returns_the_hit_sentences(self) -> None:
+        docs = _retriever(k=2).invoke("word4 word15", window_size=0)
+        assert sorted(d.page_content.strip() for d in docs) == [SENTENCES[15], SENTENCES[4]]
+
+    def test_negative_window_size_is_an_error(self) -> None:
+        with pytest.raises(ValueError, match="window_size must be 0 or more; got -1"):
+            _retriever().invoke("word4", window_size=-1)
+
+    def test_asymmetric_window(self) -> None:
+        (doc,) = _retriever(k=1).invoke("word10", window_before=1, window_after=4)
+        assert _split_ids(doc) == list(range(9, 15))
+
+    def test_adjacent_hits_coalesce_into_one_window(self) -> None:
+        docs = _retriever(k=2).invoke("word10 word11 word3", window_size=1)
+        assert _split_ids(docs[0]) == [9, 10, 11, 12]
+        assert sorted(m["split_id"] for m in docs[0].metadata["matches"]) == [10, 11]
+        assert docs[0].metadata["score"] == max(m["score"] for m in docs[0].metadata["matches"])
+        assert _split_ids(docs[1]) == [2, 3, 4]
+
+    def test_weaker_hits_beyond_k_windows_never_widen_a_window(self) -> None:
+        (doc,) = _retriever(k=1).invoke("word10 word11", window_size=1)
+        (match,) = doc.metadata["matches"]
+        assert match["split_id"] in (10, 11)
+        assert _split_ids(doc) == [match["split_id"] - 1, match["split_id"], match["split_id"] + 1]
+
+    def test_coalescing_can_be_switched_off(self) -> None:
+        docs = _retriever(k=2).invoke("word10 word11", window_size=1, coalesce=False)
+        assert len(docs) == 2
+        assert {tuple(_split_ids(d)) for d in docs} == {(9, 10, 11), (10, 11, 12)}
+
+    def test_k_counts_windows_after_coalescing(self) -> None:
+        docs = _retriever(k=2, fetch_k=2).invoke("word10 word11 word1", window_size=1)
+        assert len(docs) == 2
+        spans = sorted((d.metadata["start"], d.metadata["end"]) for d in docs)
+        assert spans[0][1] <= spans[1][0]
+
+    def test_window_never_changes_the_ranking(self) -> None:
+        retriever = _retriever(k=3)
+        first = [d.metadata["matches"][0]["key"] for d in retriever.invoke("word3", window_size=0)]
+        wide = [d.metadata["matches"][0]["key"] for d in retriever.invoke("word3", window_size=5)]
+        assert first[0] == wide[0]
+
+    def test_window_stops_at_the_document_edges(self) -> None:
+        (doc,) = _retriever(k=1).invoke("word0")
+        assert _split_ids(doc) == [0, 1, 2, 3]
+        (doc,) = _retriever(k=1).invoke("word19")
+        assert _split_ids(doc) == [16, 17, 18, 19]
+
+    def test_missing_neighbour_ends_the_window_and_says_so(self) -> None:
+        retriever = _retriever(k=1)
+        retriever.docstore.mdelete(["s/sentence/8"])
+        (doc,) = retriever.invoke("word10")
+        assert _split_ids(doc) == [9, 10, 11, 12, 13]
+        assert doc.metadata["missing_split_ids"] == [8]
+        assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
+
+    def test_one_batched_mget_per_query(self) -> None:
+        store = CountingStore()
+        retriever = _retriever(k=3, docstore=store)
+        store.mget_calls = 0
+        retriever.invoke("word2 word9 word17")
+        assert store.mget_calls == 1
+
+    async def test_async_matches_sync(self) -> None:
+        retriever = _retriever(k=2)
+        sync = retriever.invoke("word5 word12", window_size=2)
+        asy = await retriever.ainvoke("word5 word12", window_size=2)
+        assert [d.page_content for d in sync] == [d.page_content for d in asy]
