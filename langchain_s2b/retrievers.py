@@ -24,6 +24,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list
 from langchain_core.stores import BaseStore, InMemoryStore
+from langchain_core.tools import BaseTool
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from typing_extensions import Self
@@ -274,6 +275,29 @@ class SmallToBigRetriever(BaseRetriever):
 
     async def _ado(self, request: ops.Request) -> Any:
         return await ops.arun(request, self._searcher, self.docstore)
+
+    def as_tool(
+        self,
+        args_schema: Any = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arg_types: Any = None,
+        **retrieval_kwargs: Any,
+    ) -> BaseTool:
+        """This retriever as an agent tool: contexts as text, documents as the artifact."""
+        from langchain_s2b import tools
+
+        if args_schema is not None or arg_types is not None:
+            return super().as_tool(
+                args_schema, name=name, description=description, arg_types=arg_types
+            )
+        return tools.as_tool(
+            self,
+            name or tools.DEFAULT_TOOL_NAME,
+            description or tools.DEFAULT_TOOL_DESCRIPTION,
+            **retrieval_kwargs,
+        )
 
     # Persistence and verification ----------------------------------------------
 
