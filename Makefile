@@ -24,7 +24,7 @@ unit: install  ## unit tests only
 	$(BIN)/python -m pytest tests/unit_tests -q
 
 notebooks: install  ## execute the notebooks
-	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/python -m pytest --nbmake notebooks -q -p no:randomly; fi
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/python -m pytest --nbmake --nbmake-timeout=1200 notebooks -q -p no:randomly; fi
 
 integration_tests: install  ## tests that need real servers or the real model
 	$(BIN)/python -m pytest tests/integration_tests -q

@@ -23,23 +23,24 @@ import os
 import re
 import sys
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from langchain_s2b import evaluation
+from langchain_s2b import display, evaluation
 from langchain_s2b.index import FaissIndex
 from langchain_s2b.ingest import IndexingResult
+from langchain_s2b.loaders import SUFFIXES, load_paths
 from langchain_s2b.params import MODES
 from langchain_s2b.retrievers import SmallToBigRetriever
-from langchain_s2b.tools import source_label
 
-TEXT_SUFFIXES = (".txt", ".md", ".markdown")
-JSONL_SUFFIXES = (".jsonl",)
 CONFIG_FILE = "s2b-cli.json"
+INDEX_DIR = "index"
+PARENTS_DIR = "parents"
+MARKER = "INDEXING"
 EMBEDDINGS = ("e5", "fake")
 EMBEDDING_ENV = "S2B_EMBEDDING"
 INDEX_MODE = "multilevel"
@@ -80,6 +81,11 @@ class HashingEmbeddings(Embeddings):
         return self._one(text)
 
 
+def _wanted_embedding(args: argparse.Namespace) -> str | None:
+    """``--embedding``, else ``$S2B_EMBEDDING`` (empty means unset), else ``None``."""
+    return args.embedding or os.environ.get(EMBEDDING_ENV) or None
+
+
 def make_embedding(name: str) -> Embeddings:
     """The embedding called ``name``: ``e5`` (the offline default) or ``fake``."""
     if name == "fake":
@@ -93,39 +99,61 @@ def make_embedding(name: str) -> Embeddings:
 
 
 # The on-disk index -------------------------------------------------------------
+#
+# DIR/s2b-cli.json   the embedding the index was built with
+# DIR/index/         the child index and retriever config (SmallToBigRetriever.save)
+# DIR/parents/       every node, one JSON file each (a LocalFileStore)
+# DIR/INDEXING       present while ``s2b index`` writes; left behind by a crash
 
 
 def _config_path(store: Path) -> Path:
     return store / CONFIG_FILE
 
 
+def _parent_store(store: Path) -> Any:
+    try:
+        from langchain_classic.storage import LocalFileStore
+    except ImportError as err:
+        msg = 's2b keeps the parents in a LocalFileStore: pip install "langchain-s2b[cli]"'
+        raise ImportError(msg) from err
+    return LocalFileStore(store / PARENTS_DIR)
+
+
 def create_store(store: Path, embedding_name: str) -> SmallToBigRetriever:
-    """A new, empty index that will be saved in ``store``."""
+    """A new, empty index in ``store`` (a new or empty directory)."""
     if store.exists() and not store.is_dir():
         msg = f"--store {store} exists and is not a directory"
         raise UserError(msg)
-    if store.is_dir() and any(store.iterdir()) and not _config_path(store).exists():
+    if store.is_dir() and any(store.iterdir()):
         msg = f"--store {store} is a non-empty directory that is not an s2b index"
         raise UserError(msg)
     embedding = make_embedding(embedding_name)
-    return SmallToBigRetriever(vectorstore=FaissIndex(embedding), mode=INDEX_MODE)
+    store.mkdir(parents=True, exist_ok=True)
+    config = {"version": 1, "embedding": embedding_name, "tree": INDEX_MODE}
+    _config_path(store).write_text(json.dumps(config) + "\n", encoding="utf-8")
+    return SmallToBigRetriever(
+        vectorstore=FaissIndex(embedding), byte_store=_parent_store(store), mode=INDEX_MODE
+    )
 
 
 def open_store(store: Path, embedding_name: str | None = None) -> SmallToBigRetriever:
-    """Load the index saved in ``store`` with the embedding it was built with."""
-    config = read_config(store)
-    name = str(config.get("embedding", "e5"))
+    """Load the index in ``store`` with the embedding it was built with."""
+    name = str(read_config(store).get("embedding", "e5"))
     if embedding_name is not None and embedding_name != name:
         msg = f"{store} was indexed with embedding {name!r}, not {embedding_name!r}"
         raise UserError(msg)
-    return SmallToBigRetriever.load(store, embedding=make_embedding(name))  # type: ignore[attr-defined, no-any-return]
+    embedding = make_embedding(name)
+    parents = _parent_store(store)
+    if not (store / INDEX_DIR).is_dir():  # the first ``s2b index`` never finished
+        return SmallToBigRetriever(
+            vectorstore=FaissIndex(embedding), byte_store=parents, mode=INDEX_MODE
+        )
+    return SmallToBigRetriever.load(store / INDEX_DIR, embedding, byte_store=parents)
 
 
-def save_store(retriever: SmallToBigRetriever, store: Path, embedding_name: str) -> None:
-    """Write the index (persist API) and the CLI's own note of its embedding."""
-    retriever.save(store)  # type: ignore[attr-defined]
-    config = {"version": 1, "embedding": embedding_name, "tree": INDEX_MODE}
-    _config_path(store).write_text(json.dumps(config) + "\n", encoding="utf-8")
+def save_store(retriever: SmallToBigRetriever, store: Path) -> None:
+    """Write the child index atomically (the parents are already on disk)."""
+    retriever.save(store / INDEX_DIR)
 
 
 def read_config(store: Path) -> dict[str, Any]:
@@ -146,90 +174,6 @@ def read_config(store: Path) -> dict[str, Any]:
         msg = f"{path} is not an s2b index note"
         raise UserError(msg)
     return config
-
-
-# Reading input files -------------------------------------------------------------
-
-
-def expand_paths(paths: Sequence[str]) -> list[Path]:
-    """Files to index: the given files, and supported files under given folders."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES
-            )
-            out.extend(p for p in found if not any(part.startswith(".") for part in p.parts))
-        elif path.is_file():
-            if path.suffix.lower() not in _SUFFIXES:
-                msg = f"cannot index {raw}: unsupported file type (use {', '.join(_SUFFIXES)})"
-                raise UserError(msg)
-            out.append(path)
-        else:
-            msg = f"cannot index {raw}: no such file or directory"
-            raise UserError(msg)
-    return list(dict.fromkeys(out))
-
-
-_SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        msg = f"cannot read {path}: it is not UTF-8 text"
-        raise UserError(msg) from None
-    except OSError as err:
-        msg = f"cannot read {path}: {err.strerror or err}"
-        raise UserError(msg) from None
-
-
-def read_documents(path: Path) -> Iterator[Document]:
-    """The documents of one file: a text/Markdown file is one, a JSONL line is one."""
-    text = _read_text(path)
-    if path.suffix.lower() in TEXT_SUFFIXES:
-        source = str(path.resolve())
-        meta = {"source": str(path), "title": path.stem}
-        yield Document(page_content=text, metadata=meta, id=source)
-        return
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            yield _jsonl_document(line, f"{path}:{number}")
-
-
-def _jsonl_document(line: str, where: str) -> Document:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        msg = f"{where} is not valid JSON ({err.msg})"
-        raise UserError(msg) from None
-    if isinstance(row, dict) and isinstance(row.get("text"), str):
-        meta = {k: v for k, v in row.items() if k != "text"}
-        return Document(page_content=row["text"], metadata=meta, id=_id(row.get("id")))
-    if isinstance(row, dict) and isinstance(row.get("page_content"), str):
-        meta = row.get("metadata") or {}
-        if not isinstance(meta, dict):
-            msg = f"{where}: 'metadata' must be an object"
-            raise UserError(msg)
-        return Document(page_content=row["page_content"], metadata=meta, id=_id(row.get("id")))
-    msg = f'{where}: expected {{"id", "text", ...}} or {{"page_content", "metadata"}}'
-    raise UserError(msg)
-
-
-def _id(value: Any) -> str | None:
-    return None if value in (None, "") else str(value)
-
-
-def _check_unique(docs: Sequence[Document]) -> None:
-    seen: set[str] = set()
-    for doc in docs:
-        if doc.id is not None and doc.id in seen:
-            msg = f"document id {doc.id!r} appears more than once in the input"
-            raise UserError(msg)
-        if doc.id is not None:
-            seen.add(doc.id)
 
 
 # Commands --------------------------------------------------------------------------
@@ -257,35 +201,27 @@ class _NoBar:
 def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b index PATH... --store DIR``."""
     store = Path(args.store)
-    wanted = args.embedding or os.environ.get(EMBEDDING_ENV) or None
-    docs = [doc for path in expand_paths(args.paths) for doc in read_documents(path)]
+    wanted = _wanted_embedding(args)
+    docs = load_paths(args.paths, exclude=store)
     if not docs:
-        msg = f"nothing to index in {' '.join(args.paths)} (looked for {', '.join(_SUFFIXES)})"
+        msg = f"nothing to index in {' '.join(args.paths)} (looked for {', '.join(SUFFIXES)})"
         raise UserError(msg)
-    _check_unique(docs)
     if _config_path(store).exists():
-        name = str(read_config(store).get("embedding", "e5"))
         retriever = open_store(store, wanted)
     else:
-        name = wanted or "e5"
-        retriever = create_store(store, name)
-    total = IndexingResult()
-    bar = _progress(len(docs), "doc")
-    try:
-        for doc in docs:
-            step = retriever.add_documents([doc])
-            for field in ("added", "updated", "unchanged", "empty"):
-                getattr(total, field).extend(getattr(step, field))
-            total.num_children += step.num_children
-            bar.update(1)
-    finally:
-        bar.close()
+        retriever = create_store(store, wanted or "e5")
+    marker = store / MARKER
+    repaired = marker.exists() and _repair(retriever, out)
+    marker.write_text("an s2b index run is writing, or was interrupted\n", encoding="utf-8")
+    total = _add(retriever, docs)
+    if total.added or total.updated or repaired:
+        save_store(retriever, store)
+    marker.unlink()
     if total.added or total.updated:
-        save_store(retriever, store, name)
         print(
             f"indexed {len(docs)} document(s) into {store}: {len(total.added)} added, "
             f"{len(total.updated)} updated, {len(total.unchanged)} unchanged, "
-            f"{total.num_children} sentence(s) embedded",
+            f"{total.num_children} chunk(s) embedded",
             file=out,
         )
     else:
@@ -295,9 +231,46 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _add(retriever: SmallToBigRetriever, docs: Sequence[Document]) -> IndexingResult:
+    """Add documents one by one (a progress bar on a terminal); sum the results."""
+    total = IndexingResult()
+    bar = _progress(len(docs), "doc")
+    try:
+        for doc in docs:
+            step = retriever.add_documents([doc])
+            for name in ("added", "updated", "unchanged", "empty"):
+                getattr(total, name).extend(getattr(step, name))
+            total.num_children += step.num_children
+            bar.update(1)
+    finally:
+        bar.close()
+    return total
+
+
+def _repair(retriever: SmallToBigRetriever, out: TextIO) -> bool:
+    """After an interrupted run: make the parents and the child index agree again."""
+    report = retriever.verify(repair=True)
+    if report.ok and not report.repaired:
+        return False
+    print(
+        f"repaired an interrupted index: {len(report.rebuilt)} source(s) re-indexed, "
+        f"{len(report.removed)} removed, "
+        f"{len(report.orphan_nodes) + len(report.orphan_children)} orphan(s) deleted",
+        file=out,
+    )
+    if report.removed:
+        print(f"add these again: {', '.join(report.removed)}", file=out)
+    return True
+
+
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b query QUESTION --store DIR``."""
-    retriever = open_store(Path(args.store), args.embedding or os.environ.get(EMBEDDING_ENV))
+    store = Path(args.store)
+    retriever = open_store(store, _wanted_embedding(args))
+    if (store / MARKER).exists():
+        print(
+            f"s2b: warning: indexing {store} was interrupted; run s2b index again", file=sys.stderr
+        )
     options: dict[str, Any] = {"mode": args.mode, "k": args.k}
     if args.window_size is not None:
         options["window_size"] = args.window_size
@@ -308,22 +281,22 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         payload = {
             "query": args.question,
             **options,
-            "results": [_json(d, i) for i, d in enumerate(docs, 1)],
+            "results": [display.result_json(d, i) for i, d in enumerate(docs, 1)],
         }
         print(json.dumps(payload, ensure_ascii=False, indent=2), file=out)
     elif not docs:
         print("no results", file=out)
-    elif out.isatty() and _has_rich():
-        _print_rich(docs, args.max_chars, out)
+    elif out.isatty() and display.has_rich():
+        display.print_rich(docs, args.max_chars, out)
     else:
         for i, doc in enumerate(docs, 1):
-            print(_plain(doc, i, args.max_chars), file=out)
+            print(display.plain(doc, i, args.max_chars), file=out)
     return 0
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b eval --store DIR --questions FILE``."""
-    retriever = open_store(Path(args.store), args.embedding or os.environ.get(EMBEDDING_ENV))
+    retriever = open_store(Path(args.store), _wanted_embedding(args))
     try:
         questions = evaluation.load_questions(args.questions, limit=args.limit)
     except OSError as err:
@@ -361,126 +334,21 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-# Output ----------------------------------------------------------------------------
-
-
-def _json(doc: Document, rank: int) -> dict[str, Any]:
-    meta = doc.metadata
-    return {
-        "rank": rank,
-        "score": meta.get("score"),
-        "source": source_label(meta),
-        "text": doc.page_content,
-        "metadata": meta,
-    }
-
-
-def _spans(doc: Document) -> list[tuple[int, int]]:
-    """Matched spans in ``page_content`` coordinates, clipped to it."""
-    base, size = int(doc.metadata.get("start", 0)), len(doc.page_content)
-    out = []
-    for match in doc.metadata.get("matches", []):
-        lo, hi = max(0, int(match["start"]) - base), min(size, int(match["end"]) - base)
-        if hi > lo:
-            out.append((lo, hi))
-    return sorted(out)
-
-
-def _excerpt(doc: Document, max_chars: int) -> tuple[int, int]:
-    """``[lo, hi)`` of ``page_content`` to show: all of it, or ``max_chars`` around the best match."""
-    size = len(doc.page_content)
-    if max_chars <= 0 or size <= max_chars:
-        return 0, size
-    matches = doc.metadata.get("matches", [])
-    spans = _spans(doc)
-    centre = spans[0][0] if spans else 0
-    if matches:
-        best = max(matches, key=lambda m: m.get("score", 0))
-        centre = max(0, int(best["start"]) - int(doc.metadata.get("start", 0)))
-    lo = max(0, min(centre - max_chars // 4, size - max_chars))
-    return lo, lo + max_chars
-
-
-def _header(doc: Document, rank: int) -> str:
-    meta = doc.metadata
-    score = meta.get("score")
-    parts = [
-        f"#{rank}",
-        f"score {score:.3f}" if isinstance(score, float) else "",
-        source_label(meta),
-    ]
-    where = f"{meta.get('mode', '?')}/{meta.get('level', '?')}"
-    if "start" in meta:
-        where += f", chars {meta['start']}-{meta['end']}"
-    if meta.get("escalation"):
-        where += f", {meta['escalation']}"
-    return "  ".join(p for p in parts if p) + f"  [{where}]"
-
-
-def _plain(doc: Document, rank: int, max_chars: int) -> str:
-    """A result as plain text; matched spans marked ``**like this**``."""
-    lo, hi = _excerpt(doc, max_chars)
-    text, cursor, parts = doc.page_content, lo, []
-    for start, end in _spans(doc):
-        start, end = max(start, cursor), min(end, hi)
-        if end > start:
-            parts += [text[cursor:start], "**", text[start:end], "**"]
-            cursor = end
-    parts.append(text[cursor:hi])
-    body = ("… " if lo > 0 else "") + "".join(parts).strip() + (" …" if hi < len(text) else "")
-    return f"{_header(doc, rank)}\n{body}\n"
-
-
-def _has_rich() -> bool:
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _print_rich(docs: Sequence[Document], max_chars: int, out: TextIO) -> None:
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.text import Text
-
-    console = Console(file=out)
-    for rank, doc in enumerate(docs, 1):
-        lo, hi = _excerpt(doc, max_chars)
-        body = Text(doc.page_content[lo:hi])
-        for start, end in _spans(doc):
-            if min(end, hi) > max(start, lo):
-                body.stylize("bold yellow", max(start, lo) - lo, min(end, hi) - lo)
-        if lo > 0:
-            body = Text("… ") + body
-        if hi < len(doc.page_content):
-            body.append(" …")
-        console.print(Panel(body, title=_header(doc, rank), title_align="left"))
-
-
 # Command line ----------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        msg = f"must be a positive integer, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+def _int(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            msg = f"must be an integer >= {minimum}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
 
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        msg = f"must be 0 or a positive integer, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return parse
 
 
 def _modes(text: str) -> list[str]:
@@ -493,7 +361,7 @@ def _modes(text: str) -> list[str]:
 
 
 def _budgets(text: str) -> list[int]:
-    return [_positive(part) for part in text.split(",") if part.strip()]
+    return [_int(1)(part) for part in text.split(",") if part.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -502,46 +370,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="s2b", description="Small-to-big retrieval from the command line.")
     parser.add_argument("--version", action="version", version=f"s2b {__version__}")
+    common = _Parser(add_help=False)
+    common.add_argument("--store", required=True, metavar="DIR", help="the index directory")
+    common.add_argument("--embedding", choices=EMBEDDINGS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    hidden = {"choices": EMBEDDINGS, "default": None, "help": argparse.SUPPRESS}
+    add = commands.add_parser
 
-    index = commands.add_parser("index", help="index .txt/.md files and JSONL documents")
+    index = add("index", parents=[common], help="index .txt/.md files and JSONL documents")
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to index")
-    index.add_argument("--store", required=True, metavar="DIR", help="index directory")
-    index.add_argument("--embedding", **hidden)  # type: ignore[arg-type]
 
-    query = commands.add_parser("query", help="print the contexts that answer a question")
+    query = add("query", parents=[common], help="print the contexts that answer a question")
     query.add_argument("question")
-    query.add_argument("--store", required=True, metavar="DIR", help="index directory")
     query.add_argument("--mode", choices=MODES, default="parent", help="what one result is")
-    query.add_argument("-k", type=_positive, default=3, help="results (default 3)")
-    query.add_argument(
-        "--window-size", type=_non_negative, metavar="N", help="window mode: neighbours per side"
-    )
-    query.add_argument(
-        "--max-tokens", type=_positive, metavar="N", help="token budget for all results"
-    )
+    query.add_argument("-k", type=_int(1), default=3, help="results (default 3)")
+    query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
+    query.add_argument("--max-tokens", type=_int(1), metavar="N", help="budget for all results")
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.add_argument(
-        "--max-chars",
-        type=_non_negative,
-        default=1200,
-        metavar="N",
-        help="show at most N characters of each context, around its best match (0: all)",
-    )
-    query.add_argument("--embedding", **hidden)  # type: ignore[arg-type]
+        "--max-chars", type=_int(0), default=1200, metavar="N",
+        help="show N characters of each context around its best match (0: all)",
+    )  # fmt: skip
 
-    ev = commands.add_parser("eval", help="hit rate, evidence recall and tokens per mode")
-    ev.add_argument("--store", required=True, metavar="DIR", help="index directory")
+    ev = add("eval", parents=[common], help="hit rate, evidence recall and tokens per mode")
     ev.add_argument("--questions", required=True, metavar="FILE", help="questions JSONL")
     ev.add_argument("--modes", type=_modes, default=list(MODES), help="comma-separated modes")
-    ev.add_argument("-k", type=_positive, default=4, help="results per question (default 4)")
-    ev.add_argument("--limit", type=_positive, metavar="N", help="only the first N questions")
-    ev.add_argument(
-        "--budgets", type=_budgets, default=list(evaluation.BUDGETS), help="token budgets"
-    )
+    ev.add_argument("-k", type=_int(1), default=4, help="results per question (default 4)")
+    ev.add_argument("--limit", type=_int(1), metavar="N", help="only the first N questions")
+    ev.add_argument("--budgets", type=_budgets, default=list(evaluation.BUDGETS))
     ev.add_argument("--json", action="store_true", help="machine-readable output")
-    ev.add_argument("--embedding", **hidden)  # type: ignore[arg-type]
     return parser
 
 
@@ -559,11 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args, sys.stdout)
     except (UserError, ValueError, OSError, ImportError) as err:
         print(f"s2b: error: {err}", file=sys.stderr)
-    except NotImplementedError:
-        print(
-            f"s2b: error: mode {getattr(args, 'mode', '')!r} is not available in this version",
-            file=sys.stderr,
-        )
+    except NotImplementedError as err:
+        print(f"s2b: error: not available in this version: {err}", file=sys.stderr)
     except KeyboardInterrupt:
         print("s2b: interrupted", file=sys.stderr)
         return 130

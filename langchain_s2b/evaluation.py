@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,15 +220,19 @@ def _union(spans: Iterable[Span]) -> list[Span]:
 # Running a retriever -----------------------------------------------------------
 
 
-def invoke_with_k(retriever: BaseRetriever, query: str, k: int) -> list[Document]:
+def invoke_with_k(retriever: BaseRetriever, query: str, k: int, **options: Any) -> list[Document]:
     """Ask any retriever for ``k`` results.
 
     Retrievers whose ``_get_relevant_documents`` takes keyword arguments
-    (``SmallToBigRetriever``, ``VectorStoreRetriever``) get ``k=`` per call; others
-    with a ``k`` field or ``search_kwargs`` are copied with that value set.
+    (``SmallToBigRetriever``, ``VectorStoreRetriever``) get ``k=`` and ``options``
+    per call; others with a ``k`` field or ``search_kwargs`` are copied with
+    that value set (``options`` then need such a retriever).
     """
     if getattr(retriever, "_expects_other_args", False):
-        return retriever.invoke(query, k=k)
+        return retriever.invoke(query, k=k, **options)
+    if options:
+        msg = f"{type(retriever).__name__} takes no per-call options; got {sorted(options)}."
+        raise ValueError(msg)
     fields = type(retriever).model_fields
     if "k" in fields:
         return retriever.model_copy(update={"k": k}).invoke(query)
@@ -238,10 +242,12 @@ def invoke_with_k(retriever: BaseRetriever, query: str, k: int) -> list[Document
     return retriever.invoke(query)
 
 
-def fill_budget(retriever: BaseRetriever, query: str, budget: int, k: int = 4) -> list[Document]:
+def fill_budget(
+    retriever: BaseRetriever, query: str, budget: int, k: int = 4, **options: Any
+) -> list[Document]:
     """Results with ``k`` doubled until their text reaches ``budget`` tokens or runs out."""
     while True:
-        docs = invoke_with_k(retriever, query, k)
+        docs = invoke_with_k(retriever, query, k, **options)
         tokens = sum(estimate_tokens(d.page_content) for d in docs)
         if tokens >= budget or len(docs) < k or k >= MAX_K:
             return docs
@@ -281,10 +287,24 @@ def evaluate(
     name: str | None = None,
     k: int = 4,
     budgets: Sequence[int] = BUDGETS,
+    budget_option: str | None = None,
     doc_id_key: str = "source_id",
     progress: Callable[[int], None] | None = None,
 ) -> Report:
-    """Run ``retriever`` over ``questions`` at ``k`` and at each token budget."""
+    """Run ``retriever`` over ``questions`` at ``k`` and at each token budget.
+
+    Args:
+        retriever: any LangChain retriever (see :func:`invoke_with_k` for ``k``).
+        questions: from :func:`load_questions`.
+        name: the row's name in the table.
+        k: results per question for the unbudgeted metrics.
+        budgets: token budgets for ``hit@B``.
+        budget_option: also tell the retriever the budget through this per-call
+            option (``"max_tokens"`` for ``SmallToBigRetriever``), so it can fit
+            its contexts itself; the same cut is applied afterwards.
+        doc_id_key: the metadata field that holds a result's document id.
+        progress: called with 1 after each question.
+    """
     if not questions:
         msg = "evaluate() needs at least one question."
         raise ValueError(msg)
@@ -294,14 +314,9 @@ def evaluate(
     for question in questions:
         docs = invoke_with_k(retriever, question.question, k)
         at_k.append(score(question, pieces(docs, doc_id_key)))
-        if budgets:
-            per_doc = max(1.0, at_k[-1].tokens / max(1, len(docs)))
-            first = max(k, int(max(budgets) / per_doc) + 1)
-            filled = pieces(
-                fill_budget(retriever, question.question, max(budgets), first), doc_id_key
-            )
-            for budget in budgets:
-                at_budget[budget].append(score(question, cut(filled, budget)))
+        per_doc = max(1.0, at_k[-1].tokens / max(1, len(docs)))
+        for budget, parts in _budgeted(retriever, question, budgets, budget_option, per_doc, k):
+            at_budget[budget].append(score(question, cut(pieces(parts, doc_id_key), budget)))
         if progress is not None:
             progress(1)
     return Report(
@@ -317,6 +332,28 @@ def evaluate(
         seconds=time.perf_counter() - t0,
         per_question=at_k,
     )
+
+
+def _budgeted(
+    retriever: BaseRetriever,
+    question: Question,
+    budgets: Sequence[int],
+    option: str | None,
+    per_doc: float,
+    k: int,
+) -> Iterator[tuple[int, list[Document]]]:
+    """Results that fill each budget: one retrieval for all, or one per budget with ``option``."""
+    if not budgets:
+        return
+    if option is None:
+        first = max(k, int(max(budgets) / per_doc) + 1)
+        docs = fill_budget(retriever, question.question, max(budgets), first)
+        for budget in budgets:
+            yield budget, docs
+        return
+    for budget in budgets:
+        first = max(k, int(budget / per_doc) + 1)
+        yield budget, fill_budget(retriever, question.question, budget, first, **{option: budget})
 
 
 def compare(

