@@ -12,8 +12,8 @@ children hold evidence, the node is taken (``ratio``).
 
 ``max_tokens`` bounds all contexts together. A context that does not fit
 steps down the ladder: the nodes one level lower that hold the evidence,
-down to paragraphs (best first), then a clip of the best paragraph centred on
-the best hit, never cutting a hit (``budget-trimmed``).
+down to paragraphs (best first), then clips of the evidence paragraphs centred
+on their best hits, never cutting a hit (``budget-trimmed``).
 """
 
 from __future__ import annotations
@@ -144,8 +144,17 @@ def _fit(ev: list[Hit], level: int, why: str, left: int | None) -> list[Group]:
     return []
 
 
+MAX_CLIPS = 3
+"""At the bottom of the ladder: at most this many clips, one per evidence paragraph."""
+
+
 def _best_paragraphs(best: Hit, spans: list[Span], left: int) -> list[Group]:
-    """Paragraphs in evidence order while they fit; else a clip of the best one."""
+    """Paragraphs in evidence order while they fit; else clips centred on the hits.
+
+    The clips share the budget: one per evidence paragraph (best first, at most
+    :data:`MAX_CLIPS`), each centred on its best hit; fewer clips when a share
+    would be smaller than the best hit itself.
+    """
     kept: list[Span] = []
     used = 0
     for span in spans:
@@ -156,11 +165,18 @@ def _best_paragraphs(best: Hit, spans: list[Span], left: int) -> list[Group]:
         used += cost
     if kept:
         return _runs(best, kept, "budget-trimmed")
-    if estimate_tokens(best.text) > left:
+    need = estimate_tokens(best.text)
+    n = min(len(spans), MAX_CLIPS)
+    while n > 1 and left // n < need:
+        n -= 1
+    if need > left // n:
         return []
-    part = _runs(best, spans[:1], "budget-trimmed")[0]
-    part.extra["clip_chars"] = left * CHARS_PER_TOKEN
-    return [part]
+    parts = []
+    for span in spans[:n]:
+        part = _runs(best, [span], "budget-trimmed")[0]
+        part.extra["clip_chars"] = (left // n) * CHARS_PER_TOKEN
+        parts.append(part)
+    return parts
 
 
 def _runs(best: Hit, spans: list[Span], label: str) -> list[Group]:

@@ -1,0 +1,604 @@
+"""Speed and scale benchmarks: ``make bench`` (quick) or ``make bench FULL=1`` (1M children).
+
+Every figure is a ratio measured in the same run, against a bare FAISS search
+of the same index with the same number of children (the floor a retriever
+can not beat), so a busy or slow machine changes the milliseconds but not the
+verdict. Sections:
+
+* overhead -- query time excluding the query embedding, per mode, vs a bare
+  FAISS search: the query vector is precomputed (a cached embedding returns it),
+  and the time spent inside FAISS during each retriever call is measured and
+  subtracted to give the retriever's own overhead;
+* expander -- ``SentenceWindowExpander`` cost per retrieved document as its store grows;
+* batch -- ``retriever.batch(64 queries)`` vs a loop of ``invoke``;
+* ingest -- children per second excluding embedding time, and memory per child;
+* ann -- approximate FAISS indexes: build time, search time and recall@10 vs ``Flat``;
+* persist -- ``save``/``load`` of the biggest retriever (``--full``);
+* pgvector -- the same retriever on PostgreSQL + pgvector, when a server is configured.
+
+Text: the SQuAD 2.0 dev articles, synthesised to any size (``corpus.py``);
+embedding: ``HashEmbedding`` (bag-of-words feature hashing, 384 dims, the
+offline model's size), so the model is never the bottleneck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from corpus import CachedQueryEmbedding, HashEmbedding, Synthesiser, load_questions
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.index import normalise
+from langchain_s2b.splitting import section_splitter, size_splitter
+
+MODES = ("parent", "window", "multilevel")
+DIM = 384
+ROWS: list[dict[str, Any]] = []
+
+
+def log(*parts: Any) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def machine() -> dict[str, str]:
+    cpu = "?"
+    with open("/proc/cpuinfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    free = subprocess.run(["free", "-h"], capture_output=True, text=True, check=False).stdout
+    mem = free.splitlines()[1].split()[1] if free else "?"
+    load = os.getloadavg()
+    return {
+        "cpu": cpu,
+        "nproc": str(os.cpu_count()),
+        "memory": mem,
+        "python": platform.python_version(),
+        "faiss": faiss.__version__,
+        "load average at start": f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+    }
+
+
+# Corpora -----------------------------------------------------------------------
+
+
+def mode_fields(mode: str) -> dict[str, Any]:
+    """Parent mode with ParentDocumentRetriever-like sizes (~400-char children)."""
+    if mode == "parent":
+        return {"child_splitter": size_splitter(100), "parent_splitter": section_splitter(500)}
+    return {}
+
+
+class Corpus:
+    """One retriever per mode, grown in steps (ingest timed per step)."""
+
+    def __init__(self, mode: str, table: dict[str, list[float]], seed: int = 7) -> None:
+        self.mode = mode
+        self.embedding = HashEmbedding(DIM)
+        self.index = FaissIndex(CachedQueryEmbedding(self.embedding, table))
+        self.retriever = SmallToBigRetriever(vectorstore=self.index, mode=mode, **mode_fields(mode))
+        self.synth = Synthesiser(seed=seed)
+        self.docs = 0
+        self.children = 0
+        self.steps: list[tuple[int, float, float, float, float]] = []
+
+    def grow_to(self, target: int, chunk_docs: int = 40) -> None:
+        while self.children < target:
+            per_doc = self.children / self.docs if self.docs else 200
+            n = max(1, min(chunk_docs, int((target - self.children) / max(per_doc, 1)) + 1))
+            docs = list(self.synth.documents(n, start=self.docs))
+            self.docs += n
+            self.embedding.seconds = self.embedding.cpu_seconds = 0.0
+            t0, c0 = time.perf_counter(), time.process_time()
+            result = self.retriever.add_documents(docs)
+            total, cpu = time.perf_counter() - t0, time.process_time() - c0
+            self.children += result.num_children
+            emb = self.embedding
+            self.steps.append((result.num_children, total, cpu, emb.seconds, emb.cpu_seconds))
+
+    def ingest_rate(self, since: int = 0) -> dict[str, float]:
+        """Children/s excluding the embedding's time, by CPU time and by wall clock.
+
+        ``HashEmbedding`` times itself both ways; each clock subtracts its own.
+        """
+        steps = self.steps[since:]
+        n = sum(s[0] for s in steps)
+        wall, cpu, emb, emb_cpu = (sum(s[i] for s in steps) for i in (1, 2, 3, 4))
+        return {
+            "rate_cpu": n / max(cpu - emb_cpu, 1e-9),
+            "rate_wall": n / max(wall - emb, 1e-9),
+            "embedding_share": emb_cpu / max(cpu, 1e-9),
+        }
+
+
+# Timing ------------------------------------------------------------------------
+
+
+class TimedIndex:
+    """Wraps a raw FAISS index: times every ``search`` made through it (wall and CPU)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.ks: list[int] = []
+
+    def search(self, x: Any, k: int) -> Any:
+        w, c = time.perf_counter(), time.thread_time()
+        out = self.inner.search(x, k)
+        self.cpu += time.thread_time() - c
+        self.wall += time.perf_counter() - w
+        self.ks.append(k)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def overhead(
+    retriever: SmallToBigRetriever, queries: list[str], qvecs: np.ndarray, reps: int
+) -> dict[str, float]:
+    """Median query time of the retriever and of a bare FAISS search, interleaved.
+
+    FAISS runs single-threaded here (one query at a time gains nothing from
+    threads, and OpenMP spin-waits distort timings on a shared machine). Times
+    are CPU time of the calling thread (robust to other processes on the
+    machine); ``*_wall_ms`` are the wall-clock medians.
+    """
+    index = retriever.vectorstore
+    assert isinstance(index, FaissIndex)
+    raw = index._index
+    timed = TimedIndex(raw)
+    index._index = timed
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        plan: list[list[int]] = []
+        for q in queries:  # calibration: which searches does each query make?
+            timed.ks = []
+            retriever.invoke(q)
+            plan.append(list(timed.ks))
+        cols: dict[str, list[float]] = {
+            n: [] for n in ("bare", "total", "own", "bare_w", "total_w")
+        }
+        for _ in range(reps):
+            for i, q in enumerate(queries):
+                row = qvecs[i : i + 1]
+                w0, c0 = time.perf_counter(), time.thread_time()
+                for k in plan[i]:
+                    raw.search(row, k)
+                w1, c1 = time.perf_counter(), time.thread_time()
+                timed.cpu = 0.0
+                retriever.invoke(q)
+                w2, c2 = time.perf_counter(), time.thread_time()
+                cols["bare"].append(c1 - c0)
+                cols["total"].append(c2 - c1)
+                cols["own"].append(c2 - c1 - timed.cpu)
+                cols["bare_w"].append(w1 - w0)
+                cols["total_w"].append(w2 - w1)
+    finally:
+        index._index = raw
+        faiss.omp_set_num_threads(threads)
+    m = {name: statistics.median(values) * 1e3 for name, values in cols.items()}
+    return {
+        "bare_ms": m["bare"],
+        "retriever_ms": m["total"],
+        "overhead_ms": m["own"],
+        "ratio": m["total"] / m["bare"],
+        "bare_wall_ms": m["bare_w"],
+        "retriever_wall_ms": m["total_w"],
+        "searches": statistics.mean(len(p) for p in plan),
+    }
+
+
+def query_vectors(queries: list[str], embedding: HashEmbedding) -> np.ndarray:
+    return normalise(embedding.matrix(queries))
+
+
+def record(section: str, **fields: Any) -> None:
+    ROWS.append({"section": section, **fields})
+    log(section, json.dumps(fields, default=str))
+
+
+# Sections ----------------------------------------------------------------------
+
+
+def run_overhead(
+    corpora: dict[str, Corpus],
+    size: int,
+    queries: list[str],
+    qvecs: np.ndarray,
+    reps: int,
+    *,
+    timed: bool = True,
+) -> None:
+    """Grow each corpus to ``size`` (ingest rate of this step), then time its queries."""
+    for mode, corpus in corpora.items():
+        before = len(corpus.steps)
+        corpus.grow_to(size)
+        rates = corpus.ingest_rate(before)
+        record("ingest", mode=mode, children=corpus.children, **rates)
+        if not timed:
+            continue
+        n = len(queries) if size <= 20_000 else max(20, len(queries) // 2)
+        got = overhead(corpus.retriever, queries[:n], qvecs[:n], reps)
+        record("overhead", mode=mode, children=corpus.children, index="Flat", **got)
+
+
+def build_ann(index: FaissIndex, factory: str, params: str | None) -> tuple[FaissIndex, float]:
+    """The same children in another FAISS index type (records shared, not copied)."""
+    flat = index._index
+    rows = faiss.vector_to_array(flat.id_map).astype(np.int64)
+    vectors = faiss.downcast_index(flat.index).reconstruct_n(0, flat.ntotal)
+    ann = FaissIndex(index.embedding, factory, search_params=params)
+    t0 = time.perf_counter()
+    ann._ensure_index(vectors.shape[1])
+    if not ann._index.is_trained:
+        sample = vectors[
+            np.random.default_rng(0).choice(len(vectors), min(len(vectors), 100_000), replace=False)
+        ]
+        ann._index.train(sample)
+    ann._staging = None
+    for lo in range(0, len(vectors), 100_000):
+        ann._index.add_with_ids(vectors[lo : lo + 100_000], rows[lo : lo + 100_000])
+    seconds = time.perf_counter() - t0
+    ann._ids, ann._keys, ann._records = index._ids, index._keys, index._records
+    ann._next_id = index._next_id
+    return ann, seconds
+
+
+def recall_at(ann: Any, flat: Any, qvecs: np.ndarray, k: int = 10) -> float:
+    _, truth = flat.search(qvecs, k)
+    _, got = ann.search(qvecs, k)
+    hits = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(got, truth, strict=True))
+    return hits / truth.size
+
+
+def run_ann(
+    corpus: Corpus,
+    specs: list[tuple[str, str | None]],
+    queries: list[str],
+    qvecs: np.ndarray,
+    reps: int,
+) -> None:
+    for factory, params in specs:
+        ann, seconds = build_ann(corpus.index, factory, params)
+        retriever = SmallToBigRetriever(
+            vectorstore=ann,
+            docstore=corpus.retriever.docstore,
+            mode=corpus.mode,
+            **mode_fields(corpus.mode),
+        )
+        recall = recall_at(ann._index, corpus.index._index, qvecs)
+        got = overhead(retriever, queries, qvecs, reps)
+        label = factory + (f" ({params})" if params else "")
+        record(
+            "overhead",
+            mode=corpus.mode,
+            children=corpus.children,
+            index=label,
+            build_s=seconds,
+            recall_at_10=recall,
+            **got,
+        )
+        del ann, retriever
+        gc.collect()
+
+
+def run_expander(corpus: Corpus, n_docs: int = 20, reps: int = 30) -> None:
+    from langchain_s2b.windows import SentenceWindowExpander
+
+    expander = SentenceWindowExpander(
+        store=corpus.retriever.docstore, level="sentence", window_size=3
+    )
+    rng = np.random.default_rng(3)
+    keys = list(corpus.index._ids)
+    times = []
+    for _ in range(reps):
+        picked = [keys[i] for i in rng.choice(len(keys), n_docs, replace=False)]
+        docs = corpus.index.get_by_ids(picked)
+        t0 = time.thread_time()
+        out = expander.invoke(docs)
+        times.append((time.thread_time() - t0) / n_docs)
+        assert len(out) == n_docs
+    record(
+        "expander", chunks=corpus.children, us_per_doc=statistics.median(times) * 1e6, window_size=3
+    )
+
+
+def _scores(docs: list[Any]) -> list[float]:
+    return [round(d.metadata["score"], 5) for d in docs]
+
+
+def run_batch(corpus: Corpus, queries: list[str], reps: int = 3) -> None:
+    """64 queries: batch vs a loop of invoke (wall clock), per embedding and FAISS threads.
+
+    ``same_order`` compares the documents in order; ``same_scores`` the score
+    lists: FAISS's matrix search may order exactly tied children (the synthetic
+    corpus repeats some short sentences) differently from its one-query path.
+    """
+    qs = queries[:64]
+    default_threads = faiss.omp_get_max_threads()
+    variants = [
+        ("cached (~0 cost)", corpus.index.embedding, default_threads),
+        ("cached (~0 cost)", corpus.index.embedding, 1),
+        ("HashEmbedding", corpus.embedding, default_threads),
+    ]
+    for label, embedding, threads in variants:
+        index = corpus.index
+        saved, index.embedding = index.embedding, embedding
+        faiss.omp_set_num_threads(threads)
+        try:
+            retriever = SmallToBigRetriever(
+                vectorstore=index,
+                docstore=corpus.retriever.docstore,
+                mode=corpus.mode,
+                **mode_fields(corpus.mode),
+            )
+            loop, batch = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                looped = [retriever.invoke(q) for q in qs]
+                t1 = time.perf_counter()
+                batched = retriever.batch(qs)
+                t2 = time.perf_counter()
+                loop.append(t1 - t0)
+                batch.append(t2 - t1)
+        finally:
+            index.embedding = saved
+            faiss.omp_set_num_threads(default_threads)
+        pairs = list(zip(looped, batched, strict=True))
+        lo, ba = statistics.median(loop), statistics.median(batch)
+        record(
+            "batch",
+            mode=corpus.mode,
+            children=corpus.children,
+            embedding=label,
+            faiss_threads=threads,
+            loop_qps=64 / lo,
+            batch_qps=64 / ba,
+            speedup=lo / ba,
+            same_order=all(
+                [d.page_content for d in a] == [d.page_content for d in b] for a, b in pairs
+            ),
+            same_scores=all(_scores(a) == _scores(b) for a, b in pairs),
+        )
+
+
+def run_batch_real_model(n_sentences: int = 150, n_queries: int = 16) -> None:
+    try:
+        from langchain_s2b.embeddings import LocalE5Embeddings
+    except ImportError:
+        return
+    try:
+        model = LocalE5Embeddings()
+    except ImportError as err:
+        log("skip real-model batch:", err)
+        return
+
+    class Batched(LocalE5Embeddings):
+        def embed_queries(self, texts: list[str]) -> list[list[float]]:
+            with self._lock:
+                out = self._model.query(texts)
+            return np.asarray(out).reshape(len(texts), -1).tolist()
+
+    article = Synthesiser().seed_articles[0]["text"]
+    from langchain_core.documents import Document
+
+    text = " ".join(article.split(". ")[:n_sentences])
+    queries = load_questions(n_queries)
+    for label, emb in (
+        ("LocalE5Embeddings (no embed_queries)", model),
+        ("LocalE5Embeddings + embed_queries", Batched()),
+    ):
+        retriever = SmallToBigRetriever.from_documents(
+            [Document(page_content=text, id="a")], emb, mode="window"
+        )
+        t0 = time.perf_counter()
+        for q in queries:
+            retriever.invoke(q)
+        t1 = time.perf_counter()
+        retriever.batch(queries)
+        t2 = time.perf_counter()
+        record(
+            "batch",
+            mode="window",
+            children=len(retriever.vectorstore),
+            embedding=label,
+            loop_qps=n_queries / (t1 - t0),
+            batch_qps=n_queries / (t2 - t1),
+            speedup=(t1 - t0) / (t2 - t1),
+        )
+
+
+def run_memory(mode: str, target: int = 10_000) -> None:
+    """Python heap per child beyond its text (tracemalloc); FAISS vectors live outside it."""
+    gc.collect()
+    chars_per_child = 400 if mode == "parent" else 150
+    synth = Synthesiser(seed=11)
+    docs = list(synth.documents(int(target * chars_per_child / 33_000) + 1, start=100))
+    source_chars = sum(len(d.page_content) for d in docs)
+    index = FaissIndex(HashEmbedding(DIM))
+    retriever = SmallToBigRetriever(vectorstore=index, mode=mode, **mode_fields(mode))
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    retriever.add_documents(docs)
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    children = len(index)
+    stored: dict[int, int] = {}
+    keys = list(retriever.docstore.yield_keys())
+    for doc in retriever.docstore.mget(keys):
+        if doc is not None:
+            stored[id(doc.page_content)] = len(doc.page_content)
+    for text, _ in index._records.values():
+        stored[id(text)] = len(text)
+    sources = {id(d.page_content) for d in docs}
+    copies = sum(v for k, v in stored.items() if k not in sources) / source_chars
+    child_text = sum(len(t) for t, _ in index._records.values())
+    record(
+        "memory",
+        mode=mode,
+        children=children,
+        heap_bytes_per_child=used / children,
+        child_text_bytes_per_child=child_text / children,
+        beyond_text_bytes_per_child=(used - child_text) / children,
+        text_stored_vs_source=copies,
+        vector_bytes_per_child=DIM * 4,
+    )
+
+
+def run_persist(corpus: Corpus, queries: list[str], workdir: Path) -> None:
+    path = workdir / f"s2b-bench-{corpus.mode}-{corpus.children}"
+    t0 = time.perf_counter()
+    corpus.retriever.save(path)
+    t1 = time.perf_counter()
+    loaded = SmallToBigRetriever.load(
+        path, CachedQueryEmbedding(corpus.embedding, corpus.index.embedding.table)
+    )  # type: ignore[attr-defined]
+    t2 = time.perf_counter()
+    same = [d.page_content for d in loaded.invoke(queries[0])] == [
+        d.page_content for d in corpus.retriever.invoke(queries[0])
+    ]
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    record(
+        "persist",
+        mode=corpus.mode,
+        children=corpus.children,
+        save_s=t1 - t0,
+        load_s=t2 - t1,
+        disk_mb=size / 2**20,
+        same_results=same,
+        rss_mb=rss_mb(),
+    )
+    del loaded
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def run_pgvector(queries: list[str], children: int, reps: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import server_url
+
+    dsn = server_url("S2B_PG_URL")
+    if dsn is None:
+        log("pgvector: no server configured (.ci/servers.sh start); row skipped")
+        return
+    from pgvector_bench import pgvector_row
+
+    record("overhead", **pgvector_row(dsn, queries, children, reps))
+
+
+# Main --------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """One Markdown table per section, its columns the union of its rows' fields."""
+    out: list[str] = []
+    for section in dict.fromkeys(row["section"] for row in rows):
+        mine = [row for row in rows if row["section"] == section]
+        cols = [c for c in dict.fromkeys(k for row in mine for k in row) if c != "section"]
+        out += ["", f"### {section}", "", "| " + " | ".join(cols) + " |"]
+        out.append("|" + " --- |" * len(cols))
+        out += ["| " + " | ".join(_cell(row.get(c, "")) for c in cols) + " |" for row in mine]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="also the 1M-children case")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
+    parser.add_argument("--modes", nargs="*", default=list(MODES))
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--skip", nargs="*", default=[], help="sections to skip")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp"))
+    parser.add_argument("--hnsw", action="store_true", help="HNSW32 rows (slow to build: minutes)")
+    parser.add_argument("--render", type=Path, help="print the tables of a --json file and stop")
+    args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        print("machine:", json.dumps(saved["machine"]))
+        print(table(saved["rows"]))
+        return 0
+    info = machine()
+    log("machine", json.dumps(info))
+    hashing = HashEmbedding(DIM)
+    queries = load_questions(max(args.queries, 64))
+    qvecs = query_vectors(queries, hashing)
+    table_ = dict(zip(queries, qvecs.tolist(), strict=True))
+    corpora = {mode: Corpus(mode, table_) for mode in args.modes}
+    sizes = sorted(args.sizes + ([1_000_000] if args.full else []))
+    skip = set(args.skip)
+    for size in sizes:
+        if size >= 1_000_000:  # one mode at 1M: free the others first
+            corpora = {"window": corpora["window"]} if "window" in corpora else {}
+            gc.collect()
+        timed = "overhead" not in skip
+        qs, qv = queries[: args.queries], qvecs[: args.queries]
+        run_overhead(corpora, size, qs, qv, args.reps, timed=timed)
+        if "window" in corpora and "expander" not in skip:
+            run_expander(corpora["window"])
+        if size <= 100_000 and "window" in corpora and "batch" not in skip:
+            run_batch(corpora["window"], queries)
+        if size == 100_000 and "window" in corpora and "ann" not in skip:
+            specs = [("IVF1024,Flat", "nprobe=16")]
+            specs += [("HNSW32", "efSearch=64")] if args.full or args.hnsw else []
+            run_ann(corpora["window"], specs, queries[:50], qvecs[:50], args.reps)
+        if size >= 1_000_000 and "window" in corpora:
+            record("rss", mode="window", children=corpora["window"].children, rss_mb=rss_mb())
+            if "ann" not in skip:
+                specs = [("IVF4096,Flat", "nprobe=32")]
+                specs += [("HNSW32", "efSearch=64")] if args.hnsw else []
+                run_ann(corpora["window"], specs, queries[:50], qvecs[:50], args.reps)
+            if "persist" not in skip:
+                run_persist(corpora["window"], queries, args.workdir)
+    if "memory" not in skip:
+        for mode in args.modes:
+            run_memory(mode)
+    if "batch" not in skip and "model" not in skip:
+        run_batch_real_model()
+    if "pgvector" not in skip:
+        run_pgvector(queries[:50], 5_000, args.reps)
+    print("machine:", json.dumps(info))
+    print(table(ROWS))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "rows": ROWS}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

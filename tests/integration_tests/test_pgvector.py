@@ -1,0 +1,165 @@
+"""A server engine as the child index: PostgreSQL + pgvector through langchain-postgres.
+
+The retriever runs unchanged on ``langchain_postgres.PGVector`` as its child
+index, with the parent store on the same PostgreSQL (``SQLStore``) or on Redis
+(``RedisStore``): every mode, sync and async, add / query / batch / delete.
+Results must equal those of the default in-process retriever (FAISS + in-memory
+store) on the same documents: same windows, parents and contexts, same scores
+(pgvector's cosine distance turned into relevance is FAISS's cosine).
+
+Servers come from ``.ci/servers.sh start`` (see ``tests/conftest.py``): skipped
+locally when absent, failing under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.stores import BaseStore
+
+from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.splitting import size_splitter
+from tests.unit_tests._embeddings import BagOfWords
+
+pytest.importorskip("langchain_postgres")
+from langchain_community.storage import RedisStore, SQLStore
+from langchain_postgres import PGVector
+from sqlalchemy.ext.asyncio import create_async_engine
+
+pytestmark = pytest.mark.requires_server("postgres")
+
+MODES = ["parent", "window", "multilevel"]
+TOPICS = ["glaciers", "violins", "harbours", "bees", "comets", "orchards"]
+
+
+def _docs() -> list[Document]:
+    docs = []
+    for n, topic in enumerate(TOPICS[:3]):
+        paragraphs = []
+        for p in range(3):
+            sentences = [  # "very" repeated a different number of times: no tied scores
+                f"Part {p} line {s} tells how {topic} meet {TOPICS[(n + s + p) % 6]}"
+                + " very" * (s + 4 * p + 12 * n)
+                + "."
+                for s in range(4)
+            ]
+            paragraphs.append(" ".join(sentences))
+        docs.append(Document(page_content="\n\n".join(paragraphs), id=f"src-{topic}"))
+    return docs
+
+
+QUERIES = ["glaciers meet comets", "violins and bees", "harbours orchards"]
+
+
+def _fields(mode: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {"mode": mode, "k": 2, "fetch_k": 6}
+    if mode == "parent":
+        fields.update(child_splitter=size_splitter(12), parent_splitter=size_splitter(40))
+    return fields
+
+
+def _reference(mode: str) -> SmallToBigRetriever:
+    return SmallToBigRetriever.from_documents(_docs(), BagOfWords(256), **_fields(mode))
+
+
+def _view(docs: list[Document]) -> list[tuple[str, float, int, int]]:
+    return [
+        (d.page_content, round(d.metadata["score"], 4), d.metadata["start"], d.metadata["end"])
+        for d in docs
+    ]
+
+
+def _byte_store(kind: str, pg_url: str, redis_url: str, *, async_mode: bool) -> BaseStore:
+    namespace = f"s2b-test-{uuid.uuid4().hex[:8]}"
+    if kind == "redis":
+        return RedisStore(redis_url=redis_url, namespace=namespace)
+    if async_mode:
+        return SQLStore(namespace=namespace, engine=create_async_engine(pg_url))
+    store = SQLStore(namespace=namespace, db_url=pg_url)
+    store.create_schema()
+    return store
+
+
+@pytest.fixture
+def collection() -> str:
+    return f"s2b_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def sync_vectors(pg_url: str, collection: str) -> Iterator[PGVector]:
+    store = PGVector(BagOfWords(256), connection=pg_url, collection_name=collection, use_jsonb=True)
+    yield store
+    store.delete_collection()
+    if store._engine is not None:
+        store._engine.dispose()
+
+
+@pytest.fixture
+async def async_vectors(pg_url: str, collection: str) -> AsyncIterator[PGVector]:
+    engine = create_async_engine(pg_url)
+    store = PGVector(BagOfWords(256), connection=engine, collection_name=collection, use_jsonb=True)
+    yield store
+    await store.adelete_collection()
+    await engine.dispose()
+
+
+@pytest.mark.parametrize("parent_store", ["sql", "redis"])
+@pytest.mark.parametrize("mode", MODES)
+class TestPgvector:
+    def test_sync(
+        self,
+        mode: str,
+        parent_store: str,
+        sync_vectors: PGVector,
+        pg_url: str,
+        redis_url: str,
+    ) -> None:
+        byte_store = _byte_store(parent_store, pg_url, redis_url, async_mode=False)
+        retriever = SmallToBigRetriever(
+            vectorstore=sync_vectors, byte_store=byte_store, **_fields(mode)
+        )
+        added = retriever.add_documents(_docs())
+        assert sorted(added.added) == sorted(d.id for d in _docs() if d.id)
+        assert retriever.add_documents(_docs()).unchanged  # idempotent re-add
+        reference = _reference(mode)
+        for query in QUERIES:
+            got = retriever.invoke(query)
+            assert got
+            assert _view(got) == _view(reference.invoke(query))
+        batched = retriever.batch(QUERIES)
+        assert [_view(d) for d in batched] == [_view(retriever.invoke(q)) for q in QUERIES]
+        assert retriever.delete(["src-glaciers"]) == ["src-glaciers"]
+        for docs in retriever.batch(QUERIES):
+            assert all(d.metadata["source_id"] != "src-glaciers" for d in docs)
+        assert retriever.verify().ok
+
+    async def test_async(
+        self,
+        mode: str,
+        parent_store: str,
+        async_vectors: PGVector,
+        pg_url: str,
+        redis_url: str,
+    ) -> None:
+        byte_store = _byte_store(parent_store, pg_url, redis_url, async_mode=True)
+        if isinstance(byte_store, SQLStore):
+            await byte_store.acreate_schema()
+        retriever = SmallToBigRetriever(
+            vectorstore=async_vectors, byte_store=byte_store, **_fields(mode)
+        )
+        added = await retriever.aadd_documents(_docs())
+        assert len(added.added) == 3
+        reference = _reference(mode)
+        for query in QUERIES:
+            got = await retriever.ainvoke(query)
+            assert _view(got) == _view(reference.invoke(query))
+        batched = await retriever.abatch(QUERIES)
+        assert [_view(d) for d in batched] == [_view(reference.invoke(q)) for q in QUERIES]
+        assert await retriever.adelete(["src-violins"]) == ["src-violins"]
+        for query in QUERIES:
+            docs = await retriever.ainvoke(query)
+            assert all(d.metadata["source_id"] != "src-violins" for d in docs)
