@@ -21,6 +21,7 @@ from langchain_core.callbacks import (
     CallbackManager,
     CallbackManagerForRetrieverRun,
 )
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
@@ -28,6 +29,7 @@ from langchain_core.stores import BaseStore
 
 from langchain_s2b import ops
 from langchain_s2b.ops import Embed, Fetch, Search
+from langchain_s2b.plans import RESOLUTION_EVENT, summary
 from langchain_s2b.search import Searcher
 
 Outcome = tuple[bool, Any]
@@ -193,3 +195,17 @@ def first_error(outcomes: Sequence[Outcome], return_exceptions: bool) -> list[An
             if not ok:
                 raise value
     return [value for _, value in outcomes]
+
+
+def emit(run: Any, docs: list[Document]) -> None:
+    """Report what a run resolved to as a custom event (only when someone listens)."""
+    child = run.get_child()
+    if child.handlers:
+        dispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": child})
+
+
+async def aemit(run: Any, docs: list[Document]) -> None:
+    """Async :func:`emit`."""
+    child = run.get_child()
+    if child.handlers:
+        await adispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": child})

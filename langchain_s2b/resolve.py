@@ -87,12 +87,12 @@ def hit_from_metadata(
 
 
 def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
-    """One hit per key (its best score), best first; ties keep search order."""
+    """One hit per key (its best score), best first; ties by key (engine-independent)."""
     best: dict[str, Hit] = {}
     for hit in hits:
         if hit.key not in best or hit.score > best[hit.key].score:
             best[hit.key] = hit
-    return sorted(best.values(), key=lambda h: -h.score)
+    return sorted(best.values(), key=lambda h: (-h.score, h.key))
 
 
 @dataclass
@@ -116,8 +116,8 @@ class Group:
 
 
 def rank(groups: Sequence[Group]) -> list[Group]:
-    """Best score first; ties by first appearance."""
-    return sorted(groups, key=lambda g: -g.score)
+    """Best score first; ties by first key (engine-independent)."""
+    return sorted(groups, key=lambda g: (-g.score, g.keys[0] if g.keys else g.source_key))
 
 
 # Parent mode -----------------------------------------------------------------

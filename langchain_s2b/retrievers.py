@@ -17,7 +17,6 @@ from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
 )
-from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
@@ -36,7 +35,7 @@ from langchain_s2b.index import FaissIndex
 from langchain_s2b.ingest import IndexingResult
 from langchain_s2b.ops import Embed, Fetch, Search
 from langchain_s2b.params import Mode, QueryParams, check, with_overrides
-from langchain_s2b.plans import PLANS, RESOLUTION_EVENT, Plan, summary
+from langchain_s2b.plans import PLANS, Plan
 from langchain_s2b.search import Searcher
 from langchain_s2b.splitting import Level, check_levels, default_levels
 from langchain_s2b.stores import DocumentCodecStore
@@ -213,9 +212,7 @@ class SmallToBigRetriever(BaseRetriever):
     ) -> list[Document]:
         params = with_overrides(self.defaults(), kwargs)
         docs: list[Document] = self._drive(self._retrieve(query, params))
-        dispatch_custom_event(
-            RESOLUTION_EVENT, summary(docs), config={"callbacks": run_manager.get_child()}
-        )
+        batching.emit(run_manager, docs)
         return docs
 
     async def _aget_relevant_documents(
@@ -223,9 +220,7 @@ class SmallToBigRetriever(BaseRetriever):
     ) -> list[Document]:
         params = with_overrides(self.defaults(), kwargs)
         docs: list[Document] = await self._adrive(self._retrieve(query, params))
-        await adispatch_custom_event(
-            RESOLUTION_EVENT, summary(docs), config={"callbacks": run_manager.get_child()}
-        )
+        await batching.aemit(run_manager, docs)
         return docs
 
     def _retrieve(
@@ -375,8 +370,7 @@ class SmallToBigRetriever(BaseRetriever):
                     outcomes = stop.value
         for run, (ok, value) in zip(runs, outcomes, strict=True):
             if ok:
-                child = RunnableConfig(callbacks=run.get_child())
-                dispatch_custom_event(RESOLUTION_EVENT, summary(value), config=child)
+                batching.emit(run, value)
                 run.on_retriever_end(value)
             else:
                 run.on_retriever_error(value)
@@ -412,8 +406,7 @@ class SmallToBigRetriever(BaseRetriever):
                     outcomes = stop.value
         for run, (ok, value) in zip(runs, outcomes, strict=True):
             if ok:
-                child = RunnableConfig(callbacks=run.get_child())
-                await adispatch_custom_event(RESOLUTION_EVENT, summary(value), config=child)
+                await batching.aemit(run, value)
                 await run.on_retriever_end(value)
             else:
                 await run.on_retriever_error(value)

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.runnables.config import run_in_executor
 from langchain_core.stores import BaseStore
 
 from langchain_s2b import lifecycle, ops
@@ -230,6 +229,18 @@ def list_children(vectorstore: Any, candidates: list[str]) -> tuple[set[str] | N
     return {str(doc.id) for doc in found}, False
 
 
+async def alist_children(vectorstore: Any, candidates: list[str]) -> tuple[set[str] | None, bool]:
+    """Async :func:`list_children` (an async-only store is asked through ``aget_by_ids``)."""
+    known = isinstance(vectorstore, FaissIndex) or hasattr(vectorstore, "index_to_docstore_id")
+    if known or isinstance(getattr(vectorstore, "store", None), dict):
+        return list_children(vectorstore, candidates)
+    try:
+        found = await vectorstore.aget_by_ids(candidates)
+    except NotImplementedError:
+        return None, False
+    return {str(doc.id) for doc in found}, False
+
+
 def drive(
     gen: Generator[Any, Any, VerifyReport], searcher: Searcher, store: BaseStore[str, Document]
 ) -> VerifyReport:
@@ -259,8 +270,7 @@ async def adrive(
             if isinstance(request, ScanKeys):
                 answer: Any = [key async for key in store.ayield_keys()]
             elif isinstance(request, ListChildren):
-                vs = searcher.vectorstore
-                answer = await run_in_executor(None, list_children, vs, request.candidates)
+                answer = await alist_children(searcher.vectorstore, request.candidates)
             else:
                 answer = await ops.arun(request, searcher, store)
             request = gen.send(answer)
