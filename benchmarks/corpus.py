@@ -1,6 +1,6 @@
 """Benchmark data: real-looking text at any size, and a cheap embedding.
 
-The 16 SQuAD 2.0 dev articles (``/work/shared/data/squad2-dev-articles``, or
+The 16 SQuAD 2.0 dev articles (``examples/data/squad2-dev``, CC BY-SA 4.0, or
 ``$S2B_BENCH_DATA``) are the seed. Bigger corpora are synthesised from their
 paragraphs: each synthetic article draws ~40 paragraphs at random and replaces
 ``swap`` of the alphabetic words with other words of the corpus vocabulary, so
@@ -29,7 +29,8 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-DATA = Path(os.environ.get("S2B_BENCH_DATA", "/work/shared/data/squad2-dev-articles"))
+_BUNDLED = Path(__file__).resolve().parents[1] / "examples" / "data" / "squad2-dev"
+DATA = Path(os.environ.get("S2B_BENCH_DATA", _BUNDLED))
 _WORD = re.compile(r"\w+")
 
 
