@@ -46,7 +46,7 @@ from corpus import CachedQueryEmbedding, HashEmbedding, Synthesiser, load_questi
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.index import normalise
-from langchain_s2b.splitting import section_splitter, size_splitter
+from langchain_s2b.splitters import section_splitter, size_splitter
 
 MODES = ("parent", "window", "multilevel")
 DIM = 384

@@ -3,7 +3,8 @@
 from langchain_s2b.index import FaissIndex
 from langchain_s2b.ingest import IndexingResult
 from langchain_s2b.retrievers import SmallToBigRetriever
-from langchain_s2b.splitting import Level, SentenceSplitter, estimate_tokens
+from langchain_s2b.splitters import SentenceSplitter
+from langchain_s2b.splitting import Level, estimate_tokens
 from langchain_s2b.stores import DocumentCodecStore
 from langchain_s2b.window_splitter import WindowSplitter
 from langchain_s2b.windows import SentenceWindowExpander

@@ -36,19 +36,11 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
-from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from langchain_s2b.index import INDEX_FILE, RECORDS_FILE, FaissIndex
 from langchain_s2b.lifecycle import Config
-from langchain_s2b.splitting import (
-    PARAGRAPH_BOUNDARY,
-    SECTION_BOUNDARY,
-    BlockSplitter,
-    Level,
-    SectionSplitter,
-    SentenceSplitter,
-    estimate_tokens,
-)
+from langchain_s2b.splitters import build_splitter, describe_splitter
+from langchain_s2b.splitting import Level
 from langchain_s2b.stores import DocumentCodecStore, decode_document, encode_document
 
 if TYPE_CHECKING:
@@ -64,7 +56,6 @@ _TEMP_PREFIX = ".tmp-"
 _NOT_CONFIG = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
 )
-_BOUNDARIES = {"paragraph": PARAGRAPH_BOUNDARY, "section": SECTION_BOUNDARY}
 _BATCH = 1000
 
 
@@ -201,95 +192,6 @@ def _retriever_config(retriever: SmallToBigRetriever) -> dict[str, Any]:
             )
             raise ValueError(msg) from None
     return out
-
-
-# Splitters as JSON --------------------------------------------------------------------
-
-
-def describe_splitter(level: Level) -> dict[str, Any]:
-    """A JSON description of a built-in splitter, or ``{"kind": "custom", ...}``."""
-    sp: Any = level.splitter
-    kind = type(sp)
-    if kind is SentenceSplitter:
-        return {"kind": "sentence", "max_tokens": sp.max_tokens}
-    if kind is SectionSplitter:
-        return {"kind": "section", "chunk_size": sp._chunk_size}
-    boundary = getattr(sp, "_boundary", None)
-    names = {v: k for k, v in _BOUNDARIES.items()}
-    if kind is BlockSplitter and boundary is not None and boundary.pattern in names:
-        return {
-            "kind": "block",
-            "boundary": names[boundary.pattern],
-            "chunk_size": sp._max,
-            "pack": sp._pack,
-        }
-    if kind is RecursiveCharacterTextSplitter and not sp._is_separator_regex:
-        length = {estimate_tokens: "tokens", len: "chars"}.get(sp._length_function)
-        if length is not None and isinstance(sp._keep_separator, bool | str):
-            return {
-                "kind": "recursive",
-                "chunk_size": sp._chunk_size,
-                "chunk_overlap": sp._chunk_overlap,
-                "length": length,
-                "separators": list(sp._separators),
-                "keep_separator": sp._keep_separator,
-                "strip_whitespace": sp._strip_whitespace,
-            }
-    return {"kind": "custom", "class": _class_name(sp)}
-
-
-def build_splitter(spec: Mapping[str, Any], level: str) -> Any:
-    """Rebuild a splitter from :func:`describe_splitter`'s description."""
-    kind = spec.get("kind")
-    try:
-        if kind == "sentence":
-            return SentenceSplitter(_pos(spec["max_tokens"]))
-        if kind == "section":
-            return SectionSplitter(_pos(spec["chunk_size"]))
-        if kind == "block":
-            pack = spec["pack"]
-            if not isinstance(pack, bool):
-                raise TypeError
-            return BlockSplitter(_BOUNDARIES[spec["boundary"]], _pos(spec["chunk_size"]), pack=pack)
-        if kind == "recursive":
-            return _build_recursive(spec)
-    except (KeyError, TypeError, ValueError):
-        msg = f"Level {level!r}: the saved splitter {dict(spec)!r} is malformed."
-        raise ValueError(msg) from None
-    msg = (
-        f"Level {level!r} was split by a custom splitter ({spec.get('class', kind)!r}) "
-        f"that can not be rebuilt from JSON; pass it again: "
-        f"load(path, embedding, splitters={{{level!r}: <the splitter>}})."
-    )
-    raise ValueError(msg)
-
-
-def _build_recursive(spec: Mapping[str, Any]) -> RecursiveCharacterTextSplitter:
-    separators, keep = spec["separators"], spec["keep_separator"]
-    if not isinstance(separators, list) or not all(isinstance(s, str) for s in separators):
-        raise TypeError
-    if keep not in (True, False, "start", "end") or not isinstance(spec["strip_whitespace"], bool):
-        raise TypeError
-    return RecursiveCharacterTextSplitter(
-        separators=separators,
-        keep_separator=keep,
-        chunk_size=_pos(spec["chunk_size"]),
-        chunk_overlap=_nonneg(spec["chunk_overlap"]),
-        length_function={"tokens": estimate_tokens, "chars": len}[spec["length"]],
-        strip_whitespace=spec["strip_whitespace"],
-    )
-
-
-def _pos(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TypeError
-    return value
-
-
-def _nonneg(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TypeError
-    return value
 
 
 # Loading ------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ from langchain_s2b.ops import Embed, Fetch, Search
 from langchain_s2b.params import Mode, QueryParams, check, with_overrides
 from langchain_s2b.plans import PLANS, Plan
 from langchain_s2b.search import Searcher
-from langchain_s2b.splitting import Level, check_levels, default_levels
+from langchain_s2b.splitters import default_levels
+from langchain_s2b.splitting import Level, check_levels
 from langchain_s2b.stores import DocumentCodecStore
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.keys import encode_source_key, manifest_key
-from langchain_s2b.splitting import section_splitter, size_splitter
+from langchain_s2b.splitters import section_splitter, size_splitter
 
 from ..unit_tests._embeddings import BagOfWords
 

@@ -27,12 +27,8 @@ from langchain_s2b.evaluation import (
     pieces,
     score,
 )
-from langchain_s2b.splitting import (
-    SentenceSplitter,
-    estimate_tokens,
-    paragraph_splitter,
-    size_splitter,
-)
+from langchain_s2b.splitters import SentenceSplitter, paragraph_splitter, size_splitter
+from langchain_s2b.splitting import estimate_tokens
 
 from ._embeddings import BagOfWords
 

@@ -10,7 +10,7 @@ from langchain_core.stores import InMemoryByteStore, InMemoryStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever, lifecycle
 from langchain_s2b.ingest import manifest_keys
-from langchain_s2b.splitting import section_splitter, size_splitter
+from langchain_s2b.splitters import section_splitter, size_splitter
 
 from ._embeddings import BagOfWords
 

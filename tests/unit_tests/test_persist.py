@@ -23,7 +23,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.stores import InMemoryByteStore, InMemoryStore
 
 from langchain_s2b import FaissIndex, Level, SentenceSplitter, SmallToBigRetriever, persist
-from langchain_s2b.splitting import paragraph_splitter, section_splitter, size_splitter
+from langchain_s2b.splitters import paragraph_splitter, section_splitter, size_splitter
 
 DIM = 32
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from langchain_text_splitters import CharacterTextSplitter, RecursiveCharacterTe
 
 from langchain_s2b import SentenceWindowExpander, WindowSplitter
 from langchain_s2b.retrievers import SmallToBigRetriever
-from langchain_s2b.splitting import SentenceSplitter
+from langchain_s2b.splitters import SentenceSplitter
 from langchain_s2b.stores import DocumentCodecStore
 from langchain_s2b.windows import chunk_key
 
