@@ -203,7 +203,11 @@ class SmallToBigRetriever(BaseRetriever):
     def _lifecycle_config(self) -> lifecycle.Config:
         key = self.source_id_key
         fields = [key] if isinstance(key, str) else list(key or [])
-        limit = getattr(self._searcher.embeddings, "max_input_tokens", None)
+        emb = self._searcher.embeddings
+        limit = getattr(emb, "max_input_tokens", None)
+        counter = getattr(emb, "count_tokens", None)
+        if limit is not None and callable(counter):
+            return lifecycle.Config(self._levels, fields, limit, counter)
         return lifecycle.Config(self._levels, fields, limit)
 
     # Retrieval -----------------------------------------------------------------

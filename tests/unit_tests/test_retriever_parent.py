@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from typing import Any
 
 import pytest
@@ -161,6 +162,21 @@ class TestIngestion:
         retriever.vectorstore.embedding = DeterministicFakeEmbedding(size=7)  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match="7-dimensional"):
             other.invoke("apple")
+
+    def test_warns_when_children_exceed_the_model_input_window(self) -> None:
+        class SmallWindow(BagOfWords):
+            max_input_tokens = 5
+
+        with pytest.warns(UserWarning, match="exceed the embedding model's input window of 5"):
+            SmallToBigRetriever.from_documents([_doc()], SmallWindow())
+
+    def test_no_warning_when_children_fit(self) -> None:
+        class BigWindow(BagOfWords):
+            max_input_tokens = 512
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            SmallToBigRetriever.from_documents([_doc()], BigWindow())
 
     def test_source_id_from_metadata_fields(self) -> None:
         doc = Document(page_content="Some text here.", metadata={"path": "a/b.txt", "page": 2})

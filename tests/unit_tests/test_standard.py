@@ -50,3 +50,12 @@ class TestWindowModeStandard(TestParentModeStandard):
             "mode": "window",
             "window_size": 1,
         }
+
+
+class TestMultilevelModeStandard(TestParentModeStandard):
+    """k counts document contexts in multilevel mode: the corpus has three documents."""
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        built = _populated("multilevel")
+        return {"vectorstore": built.vectorstore, "docstore": built.docstore, "mode": "multilevel"}
