@@ -112,7 +112,21 @@ def main() -> None:
         rows.update({mode: retriever.model_copy(update={"mode": mode}) for mode in MODES})
         subset = sample[: args.eval]
         reports = [evaluate(r, subset, name=n, k=3, budgets=(256, 1024)) for n, r in rows.items()]
-        print(f"\nEvaluation on {len(subset)} questions, k=3 (rates in %):\n")
+        # The small-to-big modes can also be told the budget and fill it themselves.
+        reports += [
+            evaluate(
+                r,
+                subset,
+                name=f"{n} + max_tokens",
+                k=3,
+                budgets=(256, 1024),
+                budget_option="max_tokens",
+            )
+            for n, r in rows.items()
+            if n in MODES
+        ]
+        print(f"\nEvaluation on {len(subset)} questions, k=3 (rates in %; hit@B: results joined")
+        print("in rank order and cut at B tokens, or told the budget with `+ max_tokens`):\n")
         print(markdown_table(reports))
 
 
