@@ -209,3 +209,23 @@ async def aemit(run: Any, docs: list[Document]) -> None:
     child = run.get_child()
     if child.handlers:
         await adispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": child})
+
+
+def finish_runs(runs: Sequence[Any], outcomes: Sequence[Outcome]) -> None:
+    """End each query's callback run with its documents or its error."""
+    for run, (ok, value) in zip(runs, outcomes, strict=True):
+        if ok:
+            emit(run, value)
+            run.on_retriever_end(value)
+        else:
+            run.on_retriever_error(value)
+
+
+async def afinish_runs(runs: Sequence[Any], outcomes: Sequence[Outcome]) -> None:
+    """Async :func:`finish_runs`."""
+    for run, (ok, value) in zip(runs, outcomes, strict=True):
+        if ok:
+            await aemit(run, value)
+            await run.on_retriever_end(value)
+        else:
+            await run.on_retriever_error(value)

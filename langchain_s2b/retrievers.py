@@ -9,7 +9,7 @@ the sync and async bodies differ only at the I/O lines.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,18 +215,19 @@ class SmallToBigRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        params = with_overrides(self.defaults(), kwargs)
-        docs: list[Document] = self._drive(self._retrieve(query, params))
+        docs: list[Document] = self._drive(self._retrieve(query, self._params(kwargs)))
         batching.emit(run_manager, docs)
         return docs
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        params = with_overrides(self.defaults(), kwargs)
-        docs: list[Document] = await self._adrive(self._retrieve(query, params))
+        docs: list[Document] = await self._adrive(self._retrieve(query, self._params(kwargs)))
         await batching.aemit(run_manager, docs)
         return docs
+
+    def _params(self, overrides: dict[str, Any]) -> QueryParams:
+        return with_overrides(self.defaults(), overrides)
 
     def _retrieve(
         self, query: str, params: QueryParams
@@ -249,32 +250,50 @@ class SmallToBigRetriever(BaseRetriever):
 
     # The two drivers: the only place where sync and async differ -------------
 
-    def _drive(self, gen: Generator[Any, Any, T], *, write: bool = False) -> T:
+    def _drive(
+        self,
+        gen: Generator[Any, Any, T],
+        *,
+        write: bool = False,
+        run: Callable[[Any], Any] | None = None,
+    ) -> T:
         """Run one operation; a reader/writer lock keeps readers off half-done writes."""
+        do = run or self._do
         with self._rwlock.hold(write=write):
             try:
                 request = next(gen)
                 while True:
-                    request = gen.send(self._do(request))
+                    request = gen.send(do(request))
             except StopIteration as stop:
                 result: T = stop.value
                 return result
 
-    async def _adrive(self, gen: Generator[Any, Any, T], *, write: bool = False) -> T:
+    async def _adrive(
+        self,
+        gen: Generator[Any, Any, T],
+        *,
+        write: bool = False,
+        arun: Callable[[Any], Awaitable[Any]] | None = None,
+    ) -> T:
+        do = arun or self._ado
         async with self._rwlock.ahold(write=write):
             try:
                 request = next(gen)
                 while True:
-                    request = gen.send(await self._ado(request))
+                    request = gen.send(await do(request))
             except StopIteration as stop:
                 result: T = stop.value
                 return result
 
+    @property
+    def _io(self) -> tuple[Searcher, BaseStore[str, Document]]:
+        return self._searcher, self.docstore
+
     def _do(self, request: ops.Request) -> Any:
-        return ops.run(request, self._searcher, self.docstore)
+        return ops.run(request, *self._io)
 
     async def _ado(self, request: ops.Request) -> Any:
-        return await ops.arun(request, self._searcher, self.docstore)
+        return await ops.arun(request, *self._io)
 
     def as_tool(
         self,
@@ -357,28 +376,14 @@ class SmallToBigRetriever(BaseRetriever):
         """
         if not inputs:
             return []
-        configs = get_config_list(config, len(inputs))
         kwargs.pop("run_id", None)
-        runs = batching.start_runs(self, inputs, configs, kwargs)
+        runs = batching.start_runs(self, inputs, get_config_list(config, len(inputs)), kwargs)
         try:
-            params = with_overrides(self.defaults(), kwargs)
+            gen = batching.lockstep([self._retrieve(q, self._params(kwargs)) for q in inputs])
+            outcomes = self._drive(gen, run=lambda step: batching.run_many(step, *self._io))
         except ValueError as err:
-            outcomes: list[batching.Outcome] = [(False, err)] * len(inputs)
-        else:
-            with self._rwlock.hold(write=False):
-                driver = batching.lockstep([self._retrieve(q, params) for q in inputs])
-                try:
-                    step = next(driver)
-                    while True:
-                        step = driver.send(batching.run_many(step, self._searcher, self.docstore))
-                except StopIteration as stop:
-                    outcomes = stop.value
-        for run, (ok, value) in zip(runs, outcomes, strict=True):
-            if ok:
-                batching.emit(run, value)
-                run.on_retriever_end(value)
-            else:
-                run.on_retriever_error(value)
+            outcomes = [(False, err)] * len(inputs)
+        batching.finish_runs(runs, outcomes)
         return batching.first_error(outcomes, return_exceptions)
 
     async def abatch(
@@ -392,27 +397,15 @@ class SmallToBigRetriever(BaseRetriever):
         """Async :meth:`batch`."""
         if not inputs:
             return []
-        configs = get_config_list(config, len(inputs))
         kwargs.pop("run_id", None)
+        configs = get_config_list(config, len(inputs))
         runs = await batching.astart_runs(self, inputs, configs, kwargs)
         try:
-            params = with_overrides(self.defaults(), kwargs)
+            gen = batching.lockstep([self._retrieve(q, self._params(kwargs)) for q in inputs])
+            outcomes = await self._adrive(
+                gen, arun=lambda step: batching.arun_many(step, *self._io)
+            )
         except ValueError as err:
-            outcomes: list[batching.Outcome] = [(False, err)] * len(inputs)
-        else:
-            async with self._rwlock.ahold(write=False):
-                driver = batching.lockstep([self._retrieve(q, params) for q in inputs])
-                try:
-                    step = next(driver)
-                    while True:
-                        answers = await batching.arun_many(step, self._searcher, self.docstore)
-                        step = driver.send(answers)
-                except StopIteration as stop:
-                    outcomes = stop.value
-        for run, (ok, value) in zip(runs, outcomes, strict=True):
-            if ok:
-                await batching.aemit(run, value)
-                await run.on_retriever_end(value)
-            else:
-                await run.on_retriever_error(value)
+            outcomes = [(False, err)] * len(inputs)
+        await batching.afinish_runs(runs, outcomes)
         return batching.first_error(outcomes, return_exceptions)
