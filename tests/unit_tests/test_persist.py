@@ -323,7 +323,7 @@ SLOW_SAVE = textwrap.dedent(
     path, point = sys.argv[1], sys.argv[2]
     r = SmallToBigRetriever.load(path, DeterministicFakeEmbedding(size={dim}))
     r.add_documents([Document("A brand new v2 source. " * 20, id="new-v2")])
-    target = {{"files": "_write_nodes", "pointer": "_write_text_atomic"}}[point]
+    target = {{"files": "_write_nodes", "pointer": "write_text_atomic"}}[point]
     original = getattr(persist, target)
 
     def stall(*args, **kwargs):
