@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 
 from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.baselines import MemoEmbeddings
 from langchain_s2b.budget import fit_budget
 from langchain_s2b.embeddings import LocalE5Embeddings
 
@@ -32,29 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT / "examples" / "data" / "squad2-dev"
 
 
-class Cached(Embeddings):
-    """Embeds each distinct text once (the modes share sentences and queries)."""
-
-    def __init__(self, inner: LocalE5Embeddings) -> None:
-        self.inner = inner
-        self.docs: dict[str, list[float]] = {}
-        self.queries: dict[str, list[float]] = {}
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        todo = list(dict.fromkeys(t for t in texts if t not in self.docs))
-        for text, vec in zip(todo, self.inner.embed_documents(todo), strict=False):
-            self.docs[text] = vec
-        return [self.docs[t] for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        if text not in self.queries:
-            self.queries[text] = self.inner.embed_query(text)
-        return self.queries[text]
+class Cached(MemoEmbeddings):
+    """Embeds each distinct text once (the modes share sentences and queries),
+    batches the queries, and keeps the vectors in an ``.npz`` between runs."""
 
     def save(self, path: Path) -> None:
         """Keep the vectors for the next run (numpy only: no pickle)."""
         arrays: dict[str, Any] = {}
-        for name, table in (("docs", self.docs), ("queries", self.queries)):
+        for name, table in (("docs", self._docs), ("queries", self._queries)):
             arrays[f"{name}_text"] = np.array(list(table), dtype=str)
             arrays[f"{name}_vec"] = np.array(list(table.values()), dtype=np.float32)
         np.savez(path, **arrays)
@@ -63,14 +48,13 @@ class Cached(Embeddings):
         if not path.exists():
             return
         with np.load(path, allow_pickle=False) as data:
-            for name, table in (("docs", self.docs), ("queries", self.queries)):
+            for name, table in (("docs", self._docs), ("queries", self._queries)):
                 for text, vec in zip(data[f"{name}_text"], data[f"{name}_vec"], strict=True):
                     table[str(text)] = vec.tolist()
 
     def warm_queries(self, texts: list[str]) -> None:
-        todo = [t for t in dict.fromkeys(texts) if t not in self.queries]
-        for text, vec in zip(todo, self.inner.embed_queries(todo), strict=False):
-            self.queries[text] = vec
+        todo = [t for t in dict.fromkeys(texts) if t not in self._queries]
+        self._queries.update(zip(todo, self.inner.embed_queries(todo), strict=True))
 
 
 def load(data: Path, limit: int | None) -> tuple[list[Document], list[dict[str, Any]]]:
@@ -123,7 +107,7 @@ def main() -> None:
     if args.cache:
         emb.save(args.cache)
     print(
-        f"indexed {len(documents)} docs, {len(emb.docs)} distinct leaves in {t1 - t0:.0f}s; "
+        f"indexed {len(documents)} docs, {len(emb._docs)} distinct leaves in {t1 - t0:.0f}s; "
         f"{len(questions)} queries embedded in {t2 - t1:.0f}s"
     )
     rows: dict[str, Any] = {

@@ -21,9 +21,9 @@ from langchain_classic.storage import LocalFileStore
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.baselines import MemoEmbeddings
 from langchain_s2b.embeddings import LocalE5Embeddings
 from langchain_s2b.evaluation import (
-    MemoEmbeddings,
     Question,
     evaluate,
     load_questions,

@@ -10,13 +10,11 @@ from langchain_community.retrievers import BM25Retriever
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.baselines import MemoEmbeddings, chunk_documents, chunk_retriever
 from langchain_s2b.evaluation import (
     BUDGETS,
-    MemoEmbeddings,
     Piece,
     Question,
-    chunk_documents,
-    chunk_retriever,
     cut,
     evaluate,
     fill_budget,
