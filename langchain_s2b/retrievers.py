@@ -346,15 +346,13 @@ class SmallToBigRetriever(BaseRetriever):
         With ``repair=True``, delete orphans and re-index (or remove) sources
         with missing pieces; see :mod:`langchain_s2b.verify`.
         """
-        with self._rwlock.hold(write=repair):
-            check = checks.check(self._lifecycle_config(), repair=repair)
-            return checks.drive(check, self._searcher, self.docstore)
+        check = checks.check(self._lifecycle_config(), repair=repair)
+        return self._drive(check, write=repair, run=lambda r: checks.run(r, *self._io))
 
     async def averify(self, *, repair: bool = False) -> checks.VerifyReport:
         """Async :meth:`verify`."""
-        async with self._rwlock.ahold(write=repair):
-            check = checks.check(self._lifecycle_config(), repair=repair)
-            return await checks.adrive(check, self._searcher, self.docstore)
+        check = checks.check(self._lifecycle_config(), repair=repair)
+        return await self._adrive(check, write=repair, arun=lambda r: checks.arun(r, *self._io))
 
     # Batch -------------------------------------------------------------------------
 

@@ -241,39 +241,19 @@ async def alist_children(vectorstore: Any, candidates: list[str]) -> tuple[set[s
     return {str(doc.id) for doc in found}, False
 
 
-def drive(
-    gen: Generator[Any, Any, VerifyReport], searcher: Searcher, store: BaseStore[str, Document]
-) -> VerifyReport:
-    """Run :func:`check` synchronously."""
-    try:
-        request = next(gen)
-        while True:
-            if isinstance(request, ScanKeys):
-                answer: Any = list(store.yield_keys())
-            elif isinstance(request, ListChildren):
-                answer = list_children(searcher.vectorstore, request.candidates)
-            else:
-                answer = ops.run(request, searcher, store)
-            request = gen.send(answer)
-    except StopIteration as stop:
-        report: VerifyReport = stop.value
-        return report
+def run(request: Any, searcher: Searcher, store: BaseStore[str, Document]) -> Any:
+    """Carry out one request of :func:`check` synchronously."""
+    if isinstance(request, ScanKeys):
+        return list(store.yield_keys())
+    if isinstance(request, ListChildren):
+        return list_children(searcher.vectorstore, request.candidates)
+    return ops.run(request, searcher, store)
 
 
-async def adrive(
-    gen: Generator[Any, Any, VerifyReport], searcher: Searcher, store: BaseStore[str, Document]
-) -> VerifyReport:
-    """Run :func:`check` asynchronously."""
-    try:
-        request = next(gen)
-        while True:
-            if isinstance(request, ScanKeys):
-                answer: Any = [key async for key in store.ayield_keys()]
-            elif isinstance(request, ListChildren):
-                answer = await alist_children(searcher.vectorstore, request.candidates)
-            else:
-                answer = await ops.arun(request, searcher, store)
-            request = gen.send(answer)
-    except StopIteration as stop:
-        report: VerifyReport = stop.value
-        return report
+async def arun(request: Any, searcher: Searcher, store: BaseStore[str, Document]) -> Any:
+    """Carry out one request of :func:`check` asynchronously."""
+    if isinstance(request, ScanKeys):
+        return [key async for key in store.ayield_keys()]
+    if isinstance(request, ListChildren):
+        return await alist_children(searcher.vectorstore, request.candidates)
+    return await ops.arun(request, searcher, store)
