@@ -28,14 +28,15 @@ import secrets
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
+from langchain_core.stores import BaseStore
 
+from langchain_s2b import nodes_file
 from langchain_s2b.files import (
     TEMP_PREFIX,
     class_name,
@@ -49,7 +50,6 @@ from langchain_s2b.index import INDEX_FILE, RECORDS_FILE, FaissIndex
 from langchain_s2b.lifecycle import Config
 from langchain_s2b.splitters import build_splitter, describe_splitter
 from langchain_s2b.splitting import Level
-from langchain_s2b.stores import DocumentCodecStore, decode_document, encode_document
 
 if TYPE_CHECKING:
     from langchain_s2b.retrievers import SmallToBigRetriever
@@ -64,7 +64,6 @@ _TEMP_PREFIX = TEMP_PREFIX
 _NOT_CONFIG = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
 )
-_BATCH = 1000
 
 
 # Saving ------------------------------------------------------------------------------
@@ -126,11 +125,11 @@ def _write_snapshot(
     else:
         vectors = {"kind": "external", "class": class_name(index)}
     store = retriever.docstore
-    kind = _docstore_kind(store)
+    kind = nodes_file.docstore_kind(store)
     include = kind != "external" if include_docstore is None else include_docstore
     nodes = None
     if include:
-        nodes = _write_nodes(store, temp / NODES_FILE)
+        nodes = nodes_file.write_nodes(store, temp / NODES_FILE)
         files[NODES_FILE] = fsync_and_hash(temp / NODES_FILE)
     levels = retriever._levels
     return {
@@ -144,42 +143,6 @@ def _write_snapshot(
         "fingerprint": Config(levels).fingerprint(),
         "files": files,
     }
-
-
-def _docstore_kind(store: BaseStore[str, Document]) -> str:
-    if type(store) is InMemoryStore:
-        return "memory"
-    if isinstance(store, DocumentCodecStore) and type(store.byte_store) is InMemoryByteStore:
-        return "memory-bytes"
-    return "external"
-
-
-def _write_nodes(store: BaseStore[str, Document], file: Path) -> int:
-    """Copy every key and document; a codec store's bytes are copied as they are."""
-    count = 0
-    raw_store = store.byte_store if isinstance(store, DocumentCodecStore) else None
-    with file.open("wb") as out:
-        for batch in _batches(store.yield_keys()):
-            values: list[Any] = (raw_store or store).mget(batch)
-            for key, value in zip(batch, values, strict=True):
-                if value is None:
-                    continue
-                if not isinstance(value, bytes) or not value.isascii() or b"\n" in value:
-                    value = encode_document(decode_document(value, key) if raw_store else value)
-                out.write(json.dumps(key).encode("ascii") + b"\t" + value + b"\n")
-                count += 1
-    return count
-
-
-def _batches(keys: Iterator[str]) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for key in keys:
-        batch.append(key)
-        if len(batch) == _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def _retriever_config(retriever: SmallToBigRetriever) -> dict[str, Any]:
@@ -225,7 +188,7 @@ def load(
     if dim is not None:
         check_dimension(embedding, dim, meta["embedding"]["class"])
     vectorstore = _load_vectors(snap, meta, embedding, vectorstore)
-    store = _load_docstore(snap, meta, docstore, byte_store)
+    store = nodes_file.restore_docstore(snap / NODES_FILE, meta["docstore"], docstore, byte_store)
     levels = _load_levels(meta, splitters or {})
     fields = {**meta["retriever"], **overrides}
     unknown = sorted(set(fields) - set(SmallToBigRetriever.model_fields))
@@ -356,55 +319,6 @@ def _load_vectors(snap: Path, meta: dict[str, Any], embedding: Embeddings, given
         )
         raise ValueError(msg)
     return FaissIndex.load(snap, embedding)
-
-
-def _load_docstore(
-    snap: Path,
-    meta: dict[str, Any],
-    docstore: BaseStore[str, Document] | None,
-    byte_store: BaseStore[str, bytes] | None,
-) -> dict[str, Any]:
-    info = meta["docstore"]
-    if docstore is not None and byte_store is not None:
-        msg = "Pass docstore= or byte_store= to load(), not both."
-        raise ValueError(msg)
-    if docstore is None and byte_store is None:
-        if not info["saved"]:
-            msg = (
-                f"This save did not copy its docstore (a {info.get('class')!r}, which keeps "
-                "its own data); pass it again: load(path, embedding, byte_store=...) or "
-                "docstore=...."
-            )
-            raise ValueError(msg)
-        if info["kind"] == "memory-bytes":
-            byte_store = InMemoryByteStore()
-        else:
-            docstore = InMemoryStore()
-    sink: BaseStore[str, Any] = byte_store if byte_store is not None else docstore  # type: ignore[assignment]
-    if info["saved"]:
-        pairs: list[tuple[str, Any]] = []
-        for key, raw, doc in _read_nodes(snap / NODES_FILE):
-            pairs.append((key, raw if byte_store is not None else doc))
-            if len(pairs) == _BATCH:
-                sink.mset(pairs)
-                pairs = []
-        sink.mset(pairs)
-    return {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
-
-
-def _read_nodes(file: Path) -> Iterator[tuple[str, bytes, Document]]:
-    """``(key, raw JSON, document)`` per line; every document is decoded and checked."""
-    with file.open("rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            head, tab, raw = line.rstrip(b"\n").partition(b"\t")
-            try:
-                key = json.loads(head)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                key = None
-            if not tab or not isinstance(key, str):
-                msg = f"{file}, line {number}: expected a JSON string key, a tab and a document."
-                raise ValueError(msg)
-            yield key, raw, decode_document(raw, key)
 
 
 def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Level]:

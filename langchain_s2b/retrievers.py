@@ -8,7 +8,6 @@ the sync and async bodies differ only at the I/O lines.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,14 +33,13 @@ from langchain_s2b import verify as checks
 from langchain_s2b.index import FaissIndex
 from langchain_s2b.ingest import IndexingResult
 from langchain_s2b.ops import Embed, Fetch, Search
-from langchain_s2b.params import Mode, QueryParams, check, with_overrides
+from langchain_s2b.params import OVERRIDABLE, Mode, QueryParams, check, with_overrides
 from langchain_s2b.plans import PLANS, Plan
 from langchain_s2b.search import Searcher
 from langchain_s2b.splitters import default_levels
 from langchain_s2b.splitting import Level, check_levels
 from langchain_s2b.stores import DocumentCodecStore
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -163,19 +161,8 @@ class SmallToBigRetriever(BaseRetriever):
 
     def defaults(self) -> QueryParams:
         """The constructor's retrieval options, before per-call overrides."""
-        base = QueryParams(
-            mode=self.mode,
-            k=self.k,
-            fetch_k=self.fetch_k,
-            window_size=self.window_size,
-            window_before=self.window_before,
-            window_after=self.window_after,
-            coalesce=self.coalesce,
-            max_tokens=self.max_tokens,
-            margin=self.margin,
-            merge_threshold=self.merge_threshold,
-        )
-        return with_overrides(base, self.search_kwargs)
+        fields = {name: getattr(self, name) for name in OVERRIDABLE if name != "filter"}
+        return with_overrides(QueryParams(**fields), self.search_kwargs)
 
     # Ingestion and deletion ----------------------------------------------------
 

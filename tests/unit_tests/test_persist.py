@@ -22,7 +22,14 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.stores import InMemoryByteStore, InMemoryStore
 
-from langchain_s2b import FaissIndex, Level, SentenceSplitter, SmallToBigRetriever, persist
+from langchain_s2b import (
+    FaissIndex,
+    Level,
+    SentenceSplitter,
+    SmallToBigRetriever,
+    nodes_file,
+    persist,
+)
 from langchain_s2b.splitters import paragraph_splitter, section_splitter, size_splitter
 
 DIM = 32
@@ -318,13 +325,16 @@ SLOW_SAVE = textwrap.dedent(
     import sys, time
     from langchain_core.documents import Document
     from langchain_core.embeddings import DeterministicFakeEmbedding
-    from langchain_s2b import SmallToBigRetriever, persist
+    from langchain_s2b import SmallToBigRetriever, nodes_file, persist
 
     path, point = sys.argv[1], sys.argv[2]
     r = SmallToBigRetriever.load(path, DeterministicFakeEmbedding(size={dim}))
     r.add_documents([Document("A brand new v2 source. " * 20, id="new-v2")])
-    target = {{"files": "_write_nodes", "pointer": "write_text_atomic"}}[point]
-    original = getattr(persist, target)
+    module, target = {{
+        "files": (nodes_file, "write_nodes"),
+        "pointer": (persist, "write_text_atomic"),
+    }}[point]
+    original = getattr(module, target)
 
     def stall(*args, **kwargs):
         if point == "files":
@@ -332,7 +342,7 @@ SLOW_SAVE = textwrap.dedent(
         print("STALLED", flush=True)
         time.sleep(120)
 
-    setattr(persist, target, stall)
+    setattr(module, target, stall)
     r.save(path)
     """
 ).format(dim=DIM)
@@ -380,7 +390,7 @@ class TestAtomicSave:
         def fail(*args: Any) -> None:
             raise OSError("disk full")
 
-        monkeypatch.setattr(persist, "_write_nodes", fail)
+        monkeypatch.setattr(nodes_file, "write_nodes", fail)
         with pytest.raises(OSError, match="disk full"):
             r.save(path)
         assert len([p for p in path.iterdir() if p.name != "CURRENT"]) == 1
