@@ -23,9 +23,9 @@ import numpy as np
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.baselines import MemoEmbeddings
-from langchain_s2b.budget import fit_budget
+from langchain_s2b.core.budget import fit_budget
 from langchain_s2b.embeddings import LocalE5Embeddings
+from langchain_s2b.evaluation.baselines import MemoEmbeddings
 
 BUDGETS = (256, 512, 1024, 2048)
 ROOT = Path(__file__).resolve().parents[1]

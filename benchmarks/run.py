@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from corpus import CachedQueryEmbedding, HashEmbedding, Synthesiser, load_questions
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.index import normalise
-from langchain_s2b.splitters import section_splitter, size_splitter
+from langchain_s2b.core.splitters import section_splitter, size_splitter
+from langchain_s2b.store.faiss_index import normalise
 
 MODES = ("parent", "window", "multilevel")
 DIM = 384
@@ -312,7 +312,7 @@ def run_ann(
 
 
 def run_expander(corpus: Corpus, n_docs: int = 20, reps: int = 30) -> None:
-    from langchain_s2b.windows import SentenceWindowExpander
+    from langchain_s2b.expander import SentenceWindowExpander
 
     expander = SentenceWindowExpander(
         store=corpus.retriever.docstore, level="sentence", window_size=3

@@ -21,7 +21,7 @@ from langchain_classic.storage import LocalFileStore
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.baselines import MemoEmbeddings
+from langchain_s2b.core.budget import estimate_tokens
 from langchain_s2b.embeddings import LocalE5Embeddings
 from langchain_s2b.evaluation import (
     Question,
@@ -29,7 +29,7 @@ from langchain_s2b.evaluation import (
     load_questions,
     markdown_table,
 )
-from langchain_s2b.splitting import estimate_tokens
+from langchain_s2b.evaluation.baselines import MemoEmbeddings
 from langchain_s2b.tools import as_tool
 
 HERE = Path(__file__).resolve().parent

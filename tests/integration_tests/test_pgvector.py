@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 from langchain_core.stores import BaseStore
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.splitters import size_splitter
+from langchain_s2b.core.splitters import size_splitter
 from tests.unit_tests._embeddings import BagOfWords
 
 pytest.importorskip("langchain_postgres")

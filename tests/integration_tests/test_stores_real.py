@@ -23,8 +23,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.keys import encode_source_key, manifest_key
-from langchain_s2b.splitters import section_splitter, size_splitter
+from langchain_s2b.core.keys import encode_source_key, manifest_key
+from langchain_s2b.core.splitters import section_splitter, size_splitter
 
 from ..unit_tests._embeddings import BagOfWords
 
@@ -53,7 +53,7 @@ def docs(texts: dict[str, str]) -> list[Document]:
 
 
 def owned_keys(r: SmallToBigRetriever, manifests: list[Document | None]) -> set[str]:
-    from langchain_s2b.ingest import manifest_keys
+    from langchain_s2b.core.ingest import manifest_keys
 
     return {k for m in manifests if m is not None for k in manifest_keys(m)}
 

@@ -13,8 +13,8 @@ from langchain_core.stores import InMemoryStore
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.plans import RESOLUTION_EVENT
-from langchain_s2b.splitters import size_splitter
+from langchain_s2b.core.hits import RESOLUTION_EVENT
+from langchain_s2b.core.splitters import size_splitter
 
 from ._embeddings import BagOfWords
 
@@ -125,9 +125,16 @@ class TestBatchResults:
 
 
 class CountingFake(DeterministicFakeEmbedding):
-    """embed_documents == embed_query semantics: a batch of queries is one call."""
+    """embed_documents == embed_query semantics: a batch of queries is one call.
+
+    The model says so itself, by offering ``embed_queries``; the library no
+    longer special-cases test doubles.
+    """
 
     calls: list[str] = []  # noqa: RUF012 - reset per test
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.calls.append(f"documents:{len(texts)}")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from langchain_s2b import cli
-from langchain_s2b.cli import main
-from langchain_s2b.splitting import estimate_tokens
+from langchain_s2b.cli import commands as cli
+from langchain_s2b.cli.commands import main
+from langchain_s2b.core.budget import estimate_tokens
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 NORMANS = """# Normans

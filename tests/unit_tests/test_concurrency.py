@@ -15,8 +15,8 @@ from langchain_core.documents import Document
 from langchain_core.stores import InMemoryStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.splitters import section_splitter, size_splitter
-from langchain_s2b.splitting import build_tree
+from langchain_s2b.core.splitters import section_splitter, size_splitter
+from langchain_s2b.core.tree import build_tree
 
 from ._embeddings import BagOfWords
 

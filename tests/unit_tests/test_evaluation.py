@@ -10,7 +10,8 @@ from langchain_community.retrievers import BM25Retriever
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.baselines import MemoEmbeddings, chunk_documents, chunk_retriever
+from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.core.splitters import SentenceSplitter, paragraph_splitter, size_splitter
 from langchain_s2b.evaluation import (
     BUDGETS,
     Piece,
@@ -25,8 +26,7 @@ from langchain_s2b.evaluation import (
     pieces,
     score,
 )
-from langchain_s2b.splitters import SentenceSplitter, paragraph_splitter, size_splitter
-from langchain_s2b.splitting import estimate_tokens
+from langchain_s2b.evaluation.baselines import MemoEmbeddings, chunk_documents, chunk_retriever
 
 from ._embeddings import BagOfWords
 

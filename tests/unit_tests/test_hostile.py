@@ -21,7 +21,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.stores import InMemoryByteStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.splitters import section_splitter, size_splitter
+from langchain_s2b.core.splitters import section_splitter, size_splitter
 
 
 class AnyTextEmbedding(DeterministicFakeEmbedding):

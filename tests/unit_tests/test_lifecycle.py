@@ -8,9 +8,10 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.stores import InMemoryByteStore, InMemoryStore
 
-from langchain_s2b import FaissIndex, SmallToBigRetriever, lifecycle
-from langchain_s2b.ingest import manifest_keys
-from langchain_s2b.splitters import section_splitter, size_splitter
+from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core import lifecycle
+from langchain_s2b.core.ingest import manifest_keys
+from langchain_s2b.core.splitters import section_splitter, size_splitter
 
 from ._embeddings import BagOfWords
 
@@ -56,7 +57,7 @@ def child_keys(r: SmallToBigRetriever) -> set[str]:
 
 def owned(r: SmallToBigRetriever, source_id: str) -> tuple[set[str], set[str]]:
     """(docstore keys, leaf keys) a source's manifest lists."""
-    from langchain_s2b.keys import encode_source_key, manifest_key
+    from langchain_s2b.core.keys import encode_source_key, manifest_key
 
     (manifest,) = r.docstore.mget([manifest_key(encode_source_key(source_id))])
     assert manifest is not None
@@ -179,7 +180,7 @@ def interrupted(r: SmallToBigRetriever, docs: list[Document], steps: int) -> Non
     gen = lifecycle.add(r._lifecycle_config(), docs, None)
     request = next(gen)
     for _ in range(steps):
-        request = gen.send(r._do(request))
+        request = gen.send(r._io.run(request))
     gen.close()
 
 

@@ -16,17 +16,12 @@ from langchain_core.stores import InMemoryStore
 from langchain_text_splitters import TextSplitter
 
 from langchain_s2b import WindowSplitter
-from langchain_s2b.ingest import identify, prepare
-from langchain_s2b.resolve import (
-    Chunk,
-    assemble_windows,
-    coalesce_windows,
-    hit_from_metadata,
-    merge_chunks,
-    plan_windows,
-)
-from langchain_s2b.retrievers import SmallToBigRetriever
-from langchain_s2b.splitting import Level
+from langchain_s2b.core.hits import hit_from_metadata
+from langchain_s2b.core.ingest import identify, prepare
+from langchain_s2b.core.merge import Chunk, merge_chunks
+from langchain_s2b.core.tree import Level
+from langchain_s2b.core.window import assemble_windows, coalesce_windows, plan_windows
+from langchain_s2b.retriever import SmallToBigRetriever
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

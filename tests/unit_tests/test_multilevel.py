@@ -10,9 +10,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.multilevel import common_level, evidence, ratio_level
-from langchain_s2b.resolve import Hit
-from langchain_s2b.splitting import estimate_tokens
+from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.core.hits import Hit
+from langchain_s2b.core.multilevel import common_level, evidence, ratio_level
 
 from ._embeddings import BagOfWords
 

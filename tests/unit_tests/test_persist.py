@@ -27,10 +27,9 @@ from langchain_s2b import (
     Level,
     SentenceSplitter,
     SmallToBigRetriever,
-    nodes_file,
-    persist,
 )
-from langchain_s2b.splitters import paragraph_splitter, section_splitter, size_splitter
+from langchain_s2b.core.splitters import paragraph_splitter, section_splitter, size_splitter
+from langchain_s2b.store import persist
 
 DIM = 32
 REPO = Path(__file__).resolve().parents[2]
@@ -325,13 +324,14 @@ SLOW_SAVE = textwrap.dedent(
     import sys, time
     from langchain_core.documents import Document
     from langchain_core.embeddings import DeterministicFakeEmbedding
-    from langchain_s2b import SmallToBigRetriever, nodes_file, persist
+    from langchain_s2b import SmallToBigRetriever
+    from langchain_s2b.store import persist
 
     path, point = sys.argv[1], sys.argv[2]
     r = SmallToBigRetriever.load(path, DeterministicFakeEmbedding(size={dim}))
     r.add_documents([Document("A brand new v2 source. " * 20, id="new-v2")])
     module, target = {{
-        "files": (nodes_file, "write_nodes"),
+        "files": (persist, "write_nodes"),
         "pointer": (persist, "write_text_atomic"),
     }}[point]
     original = getattr(module, target)
@@ -390,7 +390,7 @@ class TestAtomicSave:
         def fail(*args: Any) -> None:
             raise OSError("disk full")
 
-        monkeypatch.setattr(nodes_file, "write_nodes", fail)
+        monkeypatch.setattr(persist, "write_nodes", fail)
         with pytest.raises(OSError, match="disk full"):
             r.save(path)
         assert len([p for p in path.iterdir() if p.name != "CURRENT"]) == 1

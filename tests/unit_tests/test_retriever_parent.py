@@ -15,7 +15,7 @@ from langchain_core.stores import InMemoryByteStore, InMemoryStore
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import DocumentCodecStore, FaissIndex, SmallToBigRetriever
-from langchain_s2b.splitters import size_splitter
+from langchain_s2b.core.splitters import size_splitter
 
 from ._embeddings import BagOfWords
 

@@ -17,7 +17,7 @@ def _populated(mode: str) -> SmallToBigRetriever:
     docs = [Document(page_content=TEXT, id=f"doc-{n}") for n in range(3)]
     small = {"child_splitter": None, "parent_splitter": None}
     if mode == "parent":
-        from langchain_s2b.splitters import size_splitter
+        from langchain_s2b.core.splitters import size_splitter
 
         small = {"child_splitter": size_splitter(20), "parent_splitter": size_splitter(80)}
     return SmallToBigRetriever.from_documents(

@@ -14,10 +14,10 @@ from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 from langchain_text_splitters import CharacterTextSplitter, RecursiveCharacterTextSplitter
 
 from langchain_s2b import SentenceWindowExpander, WindowSplitter
-from langchain_s2b.retrievers import SmallToBigRetriever
-from langchain_s2b.splitters import SentenceSplitter
-from langchain_s2b.stores import DocumentCodecStore
-from langchain_s2b.windows import chunk_key
+from langchain_s2b.core.splitters import SentenceSplitter
+from langchain_s2b.expander import chunk_key
+from langchain_s2b.retriever import SmallToBigRetriever
+from langchain_s2b.store.codec import DocumentCodecStore
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community's sunset notice

@@ -1,0 +1,106 @@
+"""Many operations in lock-step: the requests they wait on, carried out together.
+
+``SmallToBigRetriever.batch`` runs, for every query, the very operation that
+``invoke`` runs. :func:`lockstep` gathers the requests the queries are waiting
+on and yields those of one kind as one request: every :class:`EmbedQuery` as
+one :class:`EmbedQueries`, every :class:`Search` of one size and filter as one
+:class:`SearchMany` (one FAISS matrix search), every :class:`Fetch` as one
+``mget`` of the union of their keys. Each query then resumes with its own
+answer, so its results are the ones ``invoke`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_s2b.core.requests import (
+    EmbedQueries,
+    EmbedQuery,
+    Fetch,
+    Op,
+    Request,
+    Search,
+    SearchMany,
+)
+
+Outcome = tuple[bool, Any]
+"""``(True, result)`` or ``(False, exception)`` for one operation."""
+Split = Callable[[Any], list[Any]]
+"""Turns a combined request's answer into one answer per member."""
+
+
+def _kind(request: Request[Any], position: int) -> tuple[Any, ...]:
+    """Requests of one kind are carried out together."""
+    if isinstance(request, EmbedQuery):
+        return ("embed",)
+    if isinstance(request, Search):
+        return ("search", request.fetch, id(request.filter))
+    if isinstance(request, Fetch):
+        return ("fetch",)
+    return ("one", position)
+
+
+def combine(requests: list[Request[Any]]) -> tuple[Request[Any], Split]:
+    """One request that answers all ``requests`` (of one kind), and how to split its answer."""
+    first = requests[0]
+    if isinstance(first, EmbedQuery):
+        queries = [r.query for r in requests if isinstance(r, EmbedQuery)]
+        return EmbedQueries(queries), list
+    if isinstance(first, Search):
+        searches = [r for r in requests if isinstance(r, Search)]
+        vectors, queries = [r.vector for r in searches], [r.query for r in searches]
+        return SearchMany(vectors, queries, first.fetch, first.filter), list
+    if isinstance(first, Fetch):
+        fetches = [r for r in requests if isinstance(r, Fetch)]
+        keys = list(dict.fromkeys(k for r in fetches for k in r.keys))
+
+        def split(values: Any) -> list[Any]:
+            found = dict(zip(keys, values, strict=True))
+            return [[found[k] for k in r.keys] for r in fetches]
+
+        return Fetch(keys), split
+    if len(requests) != 1:
+        msg = f"Requests of kind {type(first).__name__} are not combined; got {len(requests)}."
+        raise ValueError(msg)
+    return first, lambda answer: [answer]
+
+
+def lockstep(ops: Sequence[Op[Any]]) -> Op[list[Outcome]]:
+    """Advance many operations together; yield one combined request at a time.
+
+    A request that fails (the driver throws its exception in) fails the
+    operations that waited on it; an operation that raises fails alone.
+    Fetches wait until no operation is still embedding or searching, so the
+    whole batch shares one ``mget``.
+    """
+    outcomes: list[Outcome | None] = [None] * len(ops)
+    pending: dict[int, Request[Any]] = {}
+
+    def advance(i: int, value: Any, *, first: bool = False) -> None:
+        try:
+            pending[i] = next(ops[i]) if first else ops[i].send(value)
+        except StopIteration as stop:
+            outcomes[i] = (True, stop.value)
+        except Exception as err:  # reported per query, as invoke would raise it
+            outcomes[i] = (False, err)
+
+    for i in range(len(ops)):
+        advance(i, None, first=True)
+    while pending:
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, request in pending.items():
+            groups.setdefault(_kind(request, i), []).append(i)
+        searching = [members for kind, members in groups.items() if kind[0] != "fetch"]
+        for members in searching or list(groups.values()):
+            request, split = combine([pending.pop(i) for i in members])
+            try:
+                answers = split((yield request))
+            except Exception as err:  # fails the operations of this request
+                for i in members:
+                    ops[i].close()
+                    outcomes[i] = (False, err)
+                continue
+            for n, i in enumerate(members):
+                advance(i, answers[n])
+    return [outcome if outcome is not None else (False, RuntimeError()) for outcome in outcomes]

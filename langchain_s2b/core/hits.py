@@ -1,0 +1,155 @@
+"""Hits: matched leaves, the groups they form, and the metadata of the results they become."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core.keys import node_key
+from langchain_s2b.core.tree import user_metadata
+
+LEAF_FIELDS = ("source_id", "source_key", "level", "split_id", "start", "end")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One matched leaf: where it sits and how well it matched."""
+
+    key: str
+    source_key: str
+    source_id: str
+    level: str
+    split_id: int
+    start: int
+    end: int
+    score: float
+    text: str
+    parent_key: str | None = None
+    ancestors: tuple[tuple[str, int, int, int], ...] = ()
+    """``(key, start, end, n_children)`` of each enclosing node, nearest first."""
+    n_splits: int | None = None
+
+    def match(self) -> dict[str, Any]:
+        """The citation record of this hit."""
+        return {
+            "key": self.key,
+            "split_id": self.split_id,
+            "score": self.score,
+            "start": self.start,
+            "end": self.end,
+        }
+
+
+def hit_from_child(doc: Document, score: float) -> Hit:
+    """Read a child search result's metadata; raise if it lacks our fields."""
+    return hit_from_metadata(doc.metadata, doc.page_content, score, doc.id)
+
+
+def hit_from_metadata(
+    meta: Mapping[str, Any], text: str, score: float, name: str | None = None
+) -> Hit:
+    """Build a hit from leaf metadata; raise if it lacks our fields."""
+    try:
+        source_key, level, split_id = meta["source_key"], meta["level"], int(meta["split_id"])
+        source_id, start, end = meta["source_id"], int(meta["start"]), int(meta["end"])
+    except KeyError:
+        missing = [field for field in LEAF_FIELDS if field not in meta]
+        msg = (
+            f"Child {name or text[:40]!r} from the vector store lacks the metadata "
+            f"{missing}; was the index built by SmallToBigRetriever.add_documents?"
+        )
+        raise ValueError(msg) from None
+    ancestors = tuple(
+        (str(a[0]), int(a[1]), int(a[2]), int(a[3]) if len(a) > 3 else 0)
+        for a in meta.get("ancestors", ())
+    )
+    return Hit(
+        node_key(source_key, level, split_id),
+        source_key,
+        source_id,
+        level,
+        split_id,
+        start,
+        end,
+        float(score),
+        text,
+        meta.get("parent_id"),
+        ancestors,
+        meta.get("source_splits"),
+    )
+
+
+def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
+    """One hit per key (its best score), best first; ties by key (engine-independent)."""
+    best: dict[str, Hit] = {}
+    for hit in hits:
+        if hit.key not in best or hit.score > best[hit.key].score:
+            best[hit.key] = hit
+    return sorted(best.values(), key=lambda h: (-h.score, h.key))
+
+
+@dataclass
+class Group:
+    """One future result: the hits it holds and the node keys it needs."""
+
+    source_key: str
+    source_id: str
+    keys: list[str]
+    hits: list[Hit]
+    level: str
+    start: int
+    end: int
+    escalation: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        """A result's score is the best score of its hits (max aggregation)."""
+        return max(hit.score for hit in self.hits)
+
+
+def rank(groups: Sequence[Group]) -> list[Group]:
+    """Best score first; ties by first key (engine-independent)."""
+    return sorted(groups, key=lambda g: (-g.score, g.keys[0] if g.keys else g.source_key))
+
+
+def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata every returned document carries (the node's own user metadata too)."""
+    hits = sorted(group.hits, key=lambda h: h.start)
+    meta = user_metadata(dict(base))
+    meta.update(
+        score=group.score,
+        mode=mode,
+        source_id=group.source_id,
+        start=group.start,
+        end=group.end,
+        level=group.level,
+        matches=[h.match() for h in hits],
+    )
+    if group.escalation:
+        meta["escalation"] = group.escalation
+    return meta
+
+
+class MissingNodeError(LookupError):
+    """A node the index points at is not in the parent store."""
+
+
+RESOLUTION_EVENT = "langchain_s2b.resolution"
+"""Name of the custom callback event every retrieval run emits (see :func:`summary`)."""
+_SUMMARY_FIELDS = ("mode", "level", "escalation", "score", "source_id", "start", "end")
+
+
+def summary(docs: Sequence[Document]) -> dict[str, Any]:
+    """What a run resolved to, for tracers: one entry per returned document."""
+    results = []
+    for doc in docs:
+        entry = {name: doc.metadata.get(name) for name in _SUMMARY_FIELDS}
+        entry["matches"] = [
+            {k: m[k] for k in ("score", "start", "end")} for m in doc.metadata.get("matches", [])
+        ]
+        results.append(entry)
+    return {"results": results}

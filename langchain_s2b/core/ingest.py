@@ -1,0 +1,188 @@
+"""Ingestion: source documents -> node documents, leaf documents and manifests.
+
+A source's identity is, in this order: the ``ids`` passed to ``add_documents``,
+the configured metadata field(s), ``Document.id``, or else a hash of its
+content (so re-adding the same text is a no-op, but an edit is a new source).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core.keys import (
+    composite_source_id,
+    encode_source_key,
+    level_prefix,
+    manifest_key,
+)
+from langchain_s2b.core.tree import Level, Tree, build_tree
+
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class IndexingResult:
+    """What ``add_documents`` did, per source id."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+    """Sources with no text (empty or whitespace only): nothing was indexed."""
+    num_children: int = 0
+    """Leaves embedded by this call."""
+    deleted_keys: int = 0
+    """Old nodes removed because their source changed."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source document, identified and hashed."""
+
+    source_id: str
+    source_key: str
+    doc: Document
+    digest: str
+
+
+def source_id_of(doc: Document, given: str | None, fields: Sequence[str]) -> str:
+    """The source id of ``doc``: ``given``, metadata fields, ``doc.id`` or a hash."""
+    if given is not None:
+        return given
+    if fields:
+        missing = [f for f in fields if doc.metadata.get(f) in (None, "")]
+        if missing:
+            msg = (
+                f"Document {doc.page_content[:40]!r} lacks the source id metadata "
+                f"{missing} (source_id_key={list(fields)}); add them or pass ids=."
+            )
+            raise ValueError(msg)
+        return composite_source_id(doc.metadata, fields)
+    if doc.id:
+        return doc.id
+    return (
+        "sha256-"
+        + hashlib.sha256(doc.page_content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    )
+
+
+def identify(
+    documents: Sequence[Document], ids: Sequence[str] | None, fields: Sequence[str], config: str
+) -> list[Source]:
+    """Validate inputs and give each document its source id, key and digest."""
+    if ids is not None and len(ids) != len(documents):
+        msg = f"Got {len(documents)} documents but {len(ids)} ids; pass one id per document."
+        raise ValueError(msg)
+    sources: list[Source] = []
+    seen: set[str] = set()
+    for i, doc in enumerate(documents):
+        if not isinstance(doc, Document) or not isinstance(doc.page_content, str):
+            got = type(doc.page_content if isinstance(doc, Document) else doc).__name__
+            msg = f"Document #{i} must be a Document with str page_content; got {got}."
+            raise TypeError(msg)
+        given = None if ids is None else ids[i]
+        if given is not None and (not isinstance(given, str) or not given):
+            msg = f"ids[{i}] must be a non-empty string; got {given!r}."
+            raise ValueError(msg)
+        sid = source_id_of(doc, given, fields)
+        if sid in seen:
+            msg = f"Source id {sid!r} appears twice in one call; each source must be unique."
+            raise ValueError(msg)
+        seen.add(sid)
+        sources.append(Source(sid, encode_source_key(sid), doc, digest(doc, config)))
+    return sources
+
+
+def digest(doc: Document, config: str) -> str:
+    """Content hash of a source: its text, its metadata and the split config."""
+    meta = json.dumps(doc.metadata, sort_keys=True, default=str)
+    h = hashlib.sha256()
+    for part in (config, meta, doc.page_content):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def manifest_document(source: Source, tree: Tree) -> Document:
+    """The manifest: enough to enumerate every key the source produced."""
+    counts = {level: len(nodes) for level, nodes in tree.nodes.items()}
+    meta = {
+        "version": MANIFEST_VERSION,
+        "source_id": source.source_id,
+        "source_key": source.source_key,
+        "digest": source.digest,
+        "levels": tree.levels,
+        "counts": counts,
+    }
+    return Document(page_content="", metadata=meta, id=manifest_key(source.source_key))
+
+
+def manifest_keys(manifest: Document) -> list[str]:
+    """Every key a manifest's source wrote, the manifest's own last."""
+    meta = manifest.metadata
+    keys: list[str] = []
+    for level, count in meta["counts"].items():
+        prefix = level_prefix(meta["source_key"], level)
+        keys.extend(f"{prefix}{i}" for i in range(int(count)))
+    return [*keys, manifest_key(meta["source_key"])]
+
+
+def leaf_keys(manifest: Document) -> list[str]:
+    """The keys of a manifest's embedded (finest) level."""
+    meta = manifest.metadata
+    prefix = level_prefix(meta["source_key"], meta["levels"][0])
+    return [f"{prefix}{i}" for i in range(int(meta["counts"][meta["levels"][0]]))]
+
+
+@dataclass
+class Prepared:
+    """Everything one source writes."""
+
+    source: Source
+    leaves: list[Document]
+    nodes: list[tuple[str, Document]]
+    manifest: Document
+
+
+def prepare(source: Source, levels: Sequence[Level]) -> Prepared:
+    """Split one source into leaf documents (to embed) and node documents (to store)."""
+    text = source.doc.page_content
+    tree = build_tree(text, source.source_key, levels)
+    user = dict(source.doc.metadata)
+    n_leaves = len(tree.leaves)
+    nodes: list[tuple[str, Document]] = []
+    leaves: list[Document] = []
+    for level in tree.levels:
+        for node in tree.nodes[level]:
+            meta = {
+                **user,
+                "source_id": source.source_id,
+                "source_key": source.source_key,
+                "level": node.level,
+                "split_id": node.split_id,
+                "start": node.start,
+                "end": node.end,
+                "split_idx_start": node.start,
+                "parent_id": node.parent_key,
+            }
+            if node.children is not None:
+                meta["children"] = list(node.children)
+            is_leaf = level == tree.levels[0]
+            if is_leaf:  # one document serves the docstore and the child index
+                meta["ancestors"] = [list(a) for a in node.ancestors]
+                meta["source_splits"] = n_leaves
+            doc = Document(page_content=text[node.start : node.end], metadata=meta, id=node.key)
+            nodes.append((node.key, doc))
+            if is_leaf:
+                leaves.append(doc)
+    return Prepared(source, leaves, nodes, manifest_document(source, tree))
+
+
+def is_empty(source: Source) -> bool:
+    """A source with no text to index."""
+    return not source.doc.page_content.strip()

@@ -1,0 +1,131 @@
+r"""Keys and source ids: the one place their formats are written and read.
+
+Every node of the span tree has a computed address, ``<source-key>/<level>/<split_id>``,
+and every source a manifest at ``<source-key>/manifest``. The source key is
+the source id encoded so that every LangChain ``BaseStore`` accepts it:
+``LocalFileStore`` allows only ``[a-zA-Z0-9_.\\-/]``, and a key must never name
+a path outside the store's directory. Encoding keeps ``[A-Za-z0-9_-]`` and
+writes every other UTF-8 byte as ``.xx`` (lower-case hex), so an encoded key
+never holds ``/`` and no path component is ``.`` or ``..``. Very long ids are
+hashed.
+
+A source id made of several metadata fields (a composite id) joins their
+values with ``|``, escaping ``\`` and ``|`` inside a value, so two different
+tuples of values never give the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+MANIFEST = "manifest"
+_SAFE = re.compile(r"[A-Za-z0-9_-]")
+_MAX_KEY_CHARS = 160
+_HASHED_PREFIX = "h-"
+_LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class NodeKey(NamedTuple):
+    """A node key's three parts."""
+
+    source_key: str
+    level: str
+    split_id: int
+
+
+def encode_source_key(source_id: str) -> str:
+    """Encode a source id into a store-safe key component."""
+    if not isinstance(source_id, str) or not source_id:
+        msg = f"A source id must be a non-empty string; got {source_id!r}."
+        raise ValueError(msg)
+    parts = []
+    for char in source_id:
+        if _SAFE.fullmatch(char):
+            parts.append(char)
+        else:
+            raw = char.encode("utf-8", errors="surrogatepass")
+            parts.append("".join(f".{byte:02x}" for byte in raw))
+    encoded = "".join(parts)
+    if len(encoded) > _MAX_KEY_CHARS or encoded.startswith(_HASHED_PREFIX):
+        digest = hashlib.sha256(source_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{_HASHED_PREFIX}{digest[:40]}"
+    return encoded
+
+
+def composite_source_id(metadata: Mapping[str, Any], fields: Sequence[str]) -> str:
+    r"""The source id from one metadata field, or several joined by ``|`` (escaped)."""
+    if len(fields) == 1:
+        return str(metadata[fields[0]])
+    escaped = (str(metadata[name]).replace("\\", "\\\\").replace("|", "\\|") for name in fields)
+    return "|".join(escaped)
+
+
+def check_level_name(level: str) -> str:
+    """Return ``level`` if it can be part of a key, else raise ``ValueError``."""
+    if not isinstance(level, str) or not _LEVEL_NAME.match(level) or level == MANIFEST:
+        msg = f"Level names must match [a-z][a-z0-9_]* and not be {MANIFEST!r}; got {level!r}."
+        raise ValueError(msg)
+    return level
+
+
+def node_key(source_key: str, level: str, split_id: int) -> str:
+    """The address of node ``split_id`` of ``level`` in source ``source_key``."""
+    return f"{source_key}/{level}/{split_id}"
+
+
+def level_prefix(source_key: str, level: str) -> str:
+    """What every key of one level of one source starts with (add the split id)."""
+    return f"{source_key}/{level}/"
+
+
+def manifest_key(source_key: str) -> str:
+    """The address of a source's manifest."""
+    return f"{source_key}/{MANIFEST}"
+
+
+def parse_node_key(key: str) -> NodeKey:
+    """Split a node key into ``(source_key, level, split_id)``; raise if it is not one."""
+    parts = key.split("/")
+    if (
+        len(parts) == 3
+        and parts[0]
+        and parts[2].isdigit()
+        and _LEVEL_NAME.match(parts[1])
+        and parts[1] != MANIFEST
+    ):
+        return NodeKey(parts[0], parts[1], int(parts[2]))
+    msg = f"Not a node key of the form '<source>/<level>/<split_id>': {key!r}."
+    raise ValueError(msg)
+
+
+def is_node_key(key: str) -> bool:
+    """Whether ``key`` has the form of a node key."""
+    try:
+        parse_node_key(key)
+    except ValueError:
+        return False
+    return True
+
+
+def is_manifest_key(key: str) -> bool:
+    """Whether ``key`` has the form of a manifest key."""
+    source, _, last = key.partition("/")
+    return last == MANIFEST and bool(source)
+
+
+def source_key_of(key: str) -> str:
+    """The source key a node or manifest key belongs to."""
+    return key.partition("/")[0]
+
+
+def level_of(key: str) -> str:
+    """The level a node key belongs to."""
+    return parse_node_key(key).level
+
+
+def split_id_of(key: str) -> int:
+    """The split id of a node key."""
+    return parse_node_key(key).split_id

@@ -1,0 +1,66 @@
+"""Exact merging by char offsets: overlapping chunks -> one source slice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.documents import Document
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of source text with its offsets: ``source[start:end] == text``."""
+
+    start: int
+    end: int
+    text: str
+    split_id: int = 0
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Chunks merged by offsets; ``gaps`` are char ranges no chunk covered."""
+
+    text: str
+    start: int
+    end: int
+    gaps: tuple[tuple[int, int], ...] = ()
+
+
+def merge_chunks(chunks: Sequence[Chunk], gap_fill: str = " ") -> Merged:
+    """Merge chunks into one text with no duplicated or lost characters.
+
+    Chunks may overlap, contain one another, repeat, or come unsorted. When
+    they cover ``[start, end)`` without holes the result is exactly that source
+    slice; a hole (a splitter that dropped whitespace) is filled with
+    ``gap_fill`` and reported in ``gaps``. Empty chunks cover nothing and are
+    ignored (unless every chunk is empty).
+    """
+    if not chunks:
+        msg = "merge_chunks needs at least one chunk."
+        raise ValueError(msg)
+    ordered = sorted(
+        [c for c in chunks if c.end > c.start] or chunks[:1], key=lambda c: (c.start, -c.end)
+    )
+    cursor = ordered[0].start
+    parts: list[str] = []
+    gaps: list[tuple[int, int]] = []
+    for chunk in ordered:
+        if chunk.end <= cursor:
+            continue
+        if chunk.start > cursor:
+            gaps.append((cursor, chunk.start))
+            parts.append(gap_fill)
+            cursor = chunk.start
+        parts.append(chunk.text[cursor - chunk.start :])
+        cursor = chunk.end
+    return Merged("".join(parts), ordered[0].start, cursor, tuple(gaps))
+
+
+def chunk_of(doc: Document, split_field: str = "split_id") -> Chunk:
+    """A stored node as a :class:`Chunk`."""
+    meta = doc.metadata
+    start = int(meta.get("start", meta.get("split_idx_start", 0)))
+    end = int(meta.get("end", start + len(doc.page_content)))
+    return Chunk(start, end, doc.page_content, int(meta.get(split_field, 0)))

@@ -1,0 +1,81 @@
+"""Retrieval parameters: per-call options, validated once, over constructor defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, get_args
+
+Mode = Literal["parent", "window", "multilevel"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+@dataclass(frozen=True)
+class QueryParams:
+    """Everything one retrieval call needs to know."""
+
+    mode: str = "parent"
+    k: int = 4
+    fetch_k: int = 20
+    filter: Any = None
+    window_size: int = 3
+    window_before: int | None = None
+    window_after: int | None = None
+    coalesce: bool = True
+    max_tokens: int | None = None
+    margin: float = 0.1
+    merge_threshold: float | None = None
+
+    @property
+    def before(self) -> int:
+        """Neighbours taken before each hit."""
+        return self.window_size if self.window_before is None else self.window_before
+
+    @property
+    def after(self) -> int:
+        """Neighbours taken after each hit."""
+        return self.window_size if self.window_after is None else self.window_after
+
+
+OVERRIDABLE = frozenset(f.name for f in fields(QueryParams))
+_POSITIVE = ("k", "fetch_k", "max_tokens")
+_NON_NEGATIVE = ("window_size", "window_before", "window_after", "margin")
+
+
+def check(params: QueryParams) -> QueryParams:
+    """Raise ``ValueError`` naming the bad value and what is allowed."""
+    if params.mode not in MODES:
+        msg = f"mode must be one of {list(MODES)}; got {params.mode!r}."
+        raise ValueError(msg)
+    for name in (*_POSITIVE, *_NON_NEGATIVE):
+        value = getattr(params, name)
+        if value is None and name not in ("k", "fetch_k", "window_size", "margin"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            msg = f"{name} must be a number; got {value!r}."
+            raise ValueError(msg)
+        if name in _POSITIVE and value < 1:
+            msg = f"{name} must be at least 1; got {value!r}."
+            raise ValueError(msg)
+        if name in _NON_NEGATIVE and value < 0:
+            msg = f"{name} must be 0 or more; got {value!r}."
+            raise ValueError(msg)
+    for name in ("k", "fetch_k", "window_size", "window_before", "window_after", "max_tokens"):
+        value = getattr(params, name)
+        if value is not None and not isinstance(value, int):
+            msg = f"{name} must be an integer; got {value!r}."
+            raise ValueError(msg)
+    threshold = params.merge_threshold
+    if threshold is not None and not 0 <= threshold < 1:
+        msg = f"merge_threshold must be in [0, 1) or None; got {threshold!r}."
+        raise ValueError(msg)
+    return params
+
+
+def with_overrides(base: QueryParams, overrides: Mapping[str, Any]) -> QueryParams:
+    """Apply ``invoke(q, **overrides)``; unknown names are an error, not ignored."""
+    unknown = sorted(set(overrides) - OVERRIDABLE)
+    if unknown:
+        msg = f"Unknown retrieval option(s) {unknown}; allowed: {sorted(OVERRIDABLE)}."
+        raise ValueError(msg)
+    return check(replace(base, **overrides))

@@ -1,0 +1,125 @@
+"""The I/O requests that every operation yields, each with the type of its answer.
+
+Retrieval, batch, add/delete and verify are generators (:data:`Op`) that
+yield these requests and receive the answers;
+:class:`~langchain_s2b.store.runner.Runner` carries them out, synchronously or
+asynchronously. Pure code asks through :func:`ask`, which types the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core.hits import Hit
+
+T = TypeVar("T")
+A = TypeVar("A", covariant=True)
+Vector = list[float] | None
+"""A query vector; ``None`` when the child index embeds queries itself."""
+Found = tuple[list[Hit], bool]
+"""A search's hits, best first, and whether the index is exhausted."""
+
+
+class Request(Generic[A]):
+    """An I/O request whose answer has type ``A``."""
+
+
+@dataclass(frozen=True)
+class EmbedQuery(Request[Vector]):
+    """Embed one query."""
+
+    query: str
+
+
+@dataclass(frozen=True)
+class EmbedQueries(Request[list[Vector]]):
+    """Embed many queries, in one model call when the model allows it."""
+
+    queries: list[str]
+
+
+@dataclass(frozen=True)
+class Search(Request[Found]):
+    """The ``fetch`` nearest children of one query."""
+
+    vector: Vector
+    query: str
+    fetch: int
+    filter: Any
+
+
+@dataclass(frozen=True)
+class SearchMany(Request[list[Found]]):
+    """:class:`Search` for many queries of one ``fetch`` and filter (one matrix search)."""
+
+    vectors: list[Vector]
+    queries: list[str]
+    fetch: int
+    filter: Any
+
+
+@dataclass(frozen=True)
+class Fetch(Request[list[Document | None]]):
+    """One batched ``mget`` of node keys."""
+
+    keys: list[str]
+
+
+@dataclass(frozen=True)
+class Put(Request[None]):
+    """One batched ``mset`` of nodes."""
+
+    pairs: Sequence[tuple[str, Document]]
+
+
+@dataclass(frozen=True)
+class Remove(Request[None]):
+    """One batched ``mdelete`` of node keys."""
+
+    keys: list[str]
+
+
+@dataclass(frozen=True)
+class AddLeaves(Request[None]):
+    """Embed and index leaves under their keys."""
+
+    leaves: list[Document]
+
+
+@dataclass(frozen=True)
+class RemoveLeaves(Request[None]):
+    """Delete leaves from the child index; keys it does not hold are ignored."""
+
+    keys: list[str]
+
+
+@dataclass(frozen=True)
+class ScanKeys(Request[list[str]]):
+    """Every key of the docstore."""
+
+
+@dataclass(frozen=True)
+class ListChildren(Request[tuple[set[str] | None, bool]]):
+    """The child index's keys and whether that is all of them (``(None, False)``: unknowable).
+
+    An index that can not be listed is asked which of ``candidates`` it holds.
+    """
+
+    candidates: list[str]
+
+
+Op = Generator[Request[Any], Any, T]
+"""An operation: yields requests, receives their answers, returns ``T``."""
+
+
+def ask(request: Request[T]) -> Generator[Request[Any], Any, T]:
+    """Yield one request and return its answer, typed.
+
+    Usage: ``values = yield from ask(Fetch(keys))``.
+    """
+    answer: T = yield request
+    return answer

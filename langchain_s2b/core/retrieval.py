@@ -1,0 +1,103 @@
+"""Retrieval as an operation: one plan per mode (group, choose, assemble) and the search loop.
+
+:func:`retrieve` looks the mode up in :data:`PLANS` once per call; no method
+branches on the mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core import multilevel
+from langchain_s2b.core.budget import fit_budget
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError
+from langchain_s2b.core.params import QueryParams
+from langchain_s2b.core.parent import assemble_parent, plan_parents
+from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, ask
+from langchain_s2b.core.window import assemble_windows, coalesce_windows, plan_windows
+
+logger = logging.getLogger("langchain_s2b")
+Fetched = Mapping[str, Document | None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one mode turns hits into results."""
+
+    group: Callable[[Sequence[Hit], QueryParams], list[Group]]
+    """Hits -> candidate results, best first (counted against ``k``)."""
+    select: Callable[[list[Group], QueryParams], list[Group]]
+    """Candidates -> the results to fetch."""
+    build: Callable[[Group, Fetched], list[Document]]
+    """One chosen result + fetched nodes -> documents."""
+    cap_at_k: bool = True
+    """Cut the documents at ``k`` (multilevel counts contexts, not documents)."""
+    finish: Callable[[list[Document], QueryParams], list[Document]] = lambda docs, p: docs
+    """Runs over all built documents (window mode: merge windows that share text)."""
+
+    def assemble(
+        self, groups: list[Group], fetched: Fetched, params: QueryParams, on_missing: str
+    ) -> list[Document]:
+        """Build every chosen result; apply the missing-node policy and the budget."""
+        docs: list[Document] = []
+        skipped = 0
+        for group in groups:
+            try:
+                docs.extend(self.build(group, fetched))
+            except MissingNodeError:
+                if on_missing == "raise":
+                    raise
+                skipped += 1
+        if skipped:
+            logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
+        docs = self.finish(docs, params)
+        if self.cap_at_k:
+            docs = docs[: params.k]
+        return fit_budget(docs, params.max_tokens) if params.max_tokens else docs
+
+
+def _first_k(groups: list[Group], params: QueryParams) -> list[Group]:
+    return groups[: params.k]
+
+
+PLANS: dict[str, Plan] = {
+    "parent": Plan(
+        group=lambda hits, p: plan_parents(hits),
+        select=_first_k,
+        build=lambda group, fetched: [assemble_parent(group, fetched)],
+    ),
+    "window": Plan(
+        group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce, limit=p.k),
+        select=_first_k,
+        build=assemble_windows,
+        finish=lambda docs, p: coalesce_windows(docs) if p.coalesce else docs,
+    ),
+    "multilevel": Plan(
+        group=multilevel.group,
+        select=multilevel.select,
+        build=multilevel.build,
+        cap_at_k=False,
+    ),
+}
+
+
+def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
+    """Search, doubling ``fetch`` until ``k`` results exist; then one batched fetch."""
+    plan = PLANS[params.mode]
+    vector = yield from ask(EmbedQuery(query))
+    fetch = max(params.fetch_k, params.k)
+    while True:
+        hits, exhausted = yield from ask(Search(vector, query, fetch, params.filter))
+        groups = plan.group(hits, params)
+        if len(groups) >= params.k or exhausted:
+            break
+        fetch *= 2
+    chosen = plan.select(groups, params)
+    keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
+    values = yield from ask(Fetch(keys))
+    fetched = dict(zip(keys, values, strict=False))
+    return plan.assemble(chosen, fetched, params, on_missing)

@@ -1,0 +1,164 @@
+"""Verification: the child index, the docstore and the manifests agree, or are repaired.
+
+The manifests are the record of truth: a source exists when its manifest
+does, and owns exactly the keys its manifest lists. ``check`` scans the
+docstore's keys once and lists the child index (when the index can be listed)
+and reports:
+
+- *bad manifests*: a ``<source>/manifest`` value that can not be read;
+- *missing nodes* and *missing children*: keys a manifest lists that the
+  docstore or the child index lacks (an interrupted write, a lost file);
+- *orphan nodes* and *orphan children*: node keys no manifest claims (an
+  interrupted delete or upsert, a source written by hand).
+
+Keys that are not node keys (``<source>/<level>/<n>``) are foreign data and
+are never touched. With ``repair``, orphans are deleted, bad manifests are
+deleted (their nodes then are orphans), and a source with missing pieces is
+re-indexed from its stored ``doc`` node, or removed when that node is gone
+too (listed in ``removed``: add those sources again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core import lifecycle
+from langchain_s2b.core.ingest import leaf_keys, manifest_keys
+from langchain_s2b.core.keys import is_manifest_key, is_node_key, level_of, node_key, source_key_of
+from langchain_s2b.core.requests import (
+    Fetch,
+    ListChildren,
+    Op,
+    Remove,
+    RemoveLeaves,
+    ScanKeys,
+    ask,
+)
+from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
+
+_BATCH = 1000
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`check` found, and what it repaired."""
+
+    sources: int = 0
+    """Readable manifests."""
+    nodes: int = 0
+    """Node keys in the docstore."""
+    children: int | None = None
+    """Keys in the child index (``None`` when it can not be listed)."""
+    bad_manifests: list[str] = field(default_factory=list)
+    missing_nodes: dict[str, list[str]] = field(default_factory=dict)
+    """Source id -> docstore keys its manifest lists but the docstore lacks."""
+    missing_children: dict[str, list[str]] = field(default_factory=dict)
+    """Source id -> leaf keys its manifest lists but the child index lacks."""
+    orphan_nodes: list[str] = field(default_factory=list)
+    orphan_children: list[str] = field(default_factory=list)
+    foreign_keys: int = 0
+    """Docstore keys that are not ours (never touched)."""
+    repaired: bool = False
+    rebuilt: list[str] = field(default_factory=list)
+    """Sources re-indexed from their stored text."""
+    removed: list[str] = field(default_factory=list)
+    """Sources removed because their text was lost too: add them again."""
+
+    @property
+    def ok(self) -> bool:
+        """True when both stores and the manifests agree."""
+        return not (
+            self.bad_manifests
+            or self.missing_nodes
+            or self.missing_children
+            or self.orphan_nodes
+            or self.orphan_children
+        )
+
+
+def check(config: lifecycle.Config, *, repair: bool) -> Op[VerifyReport]:
+    """Compare the stores with the manifests; with ``repair``, fix what differs."""
+    keys = yield from ask(ScanKeys())
+    report = VerifyReport()
+    manifest_names = [k for k in keys if is_manifest_key(k)]
+    node_names = {k for k in keys if is_node_key(k)}
+    report.nodes = len(node_names)
+    report.foreign_keys = len(keys) - len(manifest_names) - len(node_names)
+    manifests: dict[str, Document] = {}
+    for start in range(0, len(manifest_names), _BATCH):
+        batch = manifest_names[start : start + _BATCH]
+        found = yield from ask(Fetch(batch))
+        for key, doc in zip(batch, found, strict=True):
+            if doc is not None and _readable(key, doc):
+                manifests[key] = doc
+            elif doc is not None:
+                report.bad_manifests.append(key)
+    report.sources = len(manifests)
+    claimed: set[str] = set()
+    leaves: dict[str, list[str]] = {}
+    for manifest in manifests.values():
+        sid = manifest.metadata["source_id"]
+        owned = manifest_keys(manifest)[:-1]
+        claimed.update(owned)
+        leaves[sid] = leaf_keys(manifest)
+        missing = [k for k in owned if k not in node_names]
+        if missing:
+            report.missing_nodes[sid] = missing
+    report.orphan_nodes = sorted(node_names - claimed)
+    all_leaves = [k for keys_ in leaves.values() for k in keys_]
+    children, complete = yield from ask(ListChildren(all_leaves))
+    if children is not None:
+        report.children = len(children) if complete else None
+        for sid, keys_ in leaves.items():
+            missing = [k for k in keys_ if k not in children]
+            if missing:
+                report.missing_children[sid] = missing
+        if complete:
+            report.orphan_children = sorted(children - set(all_leaves))
+    if repair and not report.ok:
+        yield from _repair(config, report, manifests)
+    return report
+
+
+def _repair(
+    config: lifecycle.Config, report: VerifyReport, manifests: dict[str, Document]
+) -> Op[None]:
+    leaf_level = config.levels[0].name
+    if report.bad_manifests:
+        yield from ask(Remove(report.bad_manifests))
+    if report.orphan_nodes:
+        yield from ask(Remove(report.orphan_nodes))
+        orphan_leaves = [k for k in report.orphan_nodes if level_of(k) == leaf_level]
+        yield from ask(RemoveLeaves(orphan_leaves))
+    if report.orphan_children:
+        yield from ask(RemoveLeaves(report.orphan_children))
+    by_id = {m.metadata["source_id"]: m for m in manifests.values()}
+    for sid in sorted({*report.missing_nodes, *report.missing_children}):
+        manifest = by_id[sid]
+        doc_key = node_key(manifest.metadata["source_key"], DOC_LEVEL, 0)
+        (doc,) = yield from ask(Fetch([doc_key]))
+        yield from lifecycle.remove_source(manifest)
+        if doc is None:
+            report.removed.append(sid)
+            continue
+        source = Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
+        yield from lifecycle.add(config, [source], [sid])
+        report.rebuilt.append(sid)
+    report.repaired = True
+
+
+def _readable(key: str, manifest: Document) -> bool:
+    """A manifest whose fields ``manifest_keys`` and repair rely on are sound."""
+    meta = manifest.metadata
+    counts, levels = meta.get("counts"), meta.get("levels")
+    return (
+        isinstance(meta.get("source_id"), str)
+        and meta.get("source_key") == source_key_of(key)
+        and isinstance(levels, list)
+        and bool(levels)
+        and isinstance(counts, dict)
+        and set(counts) == set(levels)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())
+    )

@@ -1,0 +1,38 @@
+"""Retrieval evaluation: hit rate, evidence recall, context tokens, budgets, baselines.
+
+Works for any LangChain retriever; see :mod:`~langchain_s2b.evaluation.data`
+for the dataset format, :mod:`~langchain_s2b.evaluation.scoring` for the
+metrics and :mod:`~langchain_s2b.evaluation.runs` for the budget rule.
+"""
+
+from langchain_s2b.evaluation.data import Question, load_documents, load_questions
+from langchain_s2b.evaluation.runs import (
+    BUDGETS,
+    MAX_K,
+    Report,
+    compare,
+    evaluate,
+    fill_budget,
+    invoke_with_k,
+    markdown_table,
+)
+from langchain_s2b.evaluation.scoring import Piece, Score, cut, pieces, score
+
+__all__ = [
+    "BUDGETS",
+    "MAX_K",
+    "Piece",
+    "Question",
+    "Report",
+    "Score",
+    "compare",
+    "cut",
+    "evaluate",
+    "fill_budget",
+    "invoke_with_k",
+    "load_documents",
+    "load_questions",
+    "markdown_table",
+    "pieces",
+    "score",
+]

@@ -1,0 +1,112 @@
+"""Scoring: returned pieces against a question's gold answers and evidence spans.
+
+- **hit**: every character of one gold evidence span lies inside the returned
+  spans of the right document; for results without spans, a gold answer
+  string occurs in the returned text (case-insensitive).
+- **answer**: a gold answer string occurs in the returned text, whatever the spans.
+- **evidence recall**: the share of gold evidence characters inside the
+  returned spans of the right document.
+- **tokens**: :func:`~langchain_s2b.core.budget.estimate_tokens` of the returned texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens
+from langchain_s2b.evaluation.data import Question, Span
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Returned text, with its span in its source document when known."""
+
+    text: str
+    doc_id: str | None = None
+    start: int | None = None
+    end: int | None = None
+
+
+def pieces(docs: Sequence[Document], doc_id_key: str = "source_id") -> list[Piece]:
+    """The retrieved documents as pieces (span known when the metadata has it)."""
+    out = []
+    for doc in docs:
+        meta = doc.metadata
+        doc_id = meta.get(doc_id_key)
+        if doc_id is not None and "start" in meta and "end" in meta:
+            out.append(Piece(doc.page_content, str(doc_id), int(meta["start"]), int(meta["end"])))
+        else:
+            out.append(Piece(doc.page_content))
+    return out
+
+
+def cut(parts: Sequence[Piece], budget: int) -> list[Piece]:
+    """Concatenate in rank order and cut at ``budget`` tokens (4 chars each)."""
+    left = budget * CHARS_PER_TOKEN
+    out = []
+    for part in parts:
+        if left <= 0:
+            break
+        if len(part.text) <= left:
+            out.append(part)
+        else:
+            end = None if part.start is None else part.start + left
+            out.append(Piece(part.text[:left], part.doc_id, part.start, end))
+        left -= len(part.text)
+    return out
+
+
+def _covered(evidence: Span, spans: Sequence[Span]) -> int:
+    """Characters of ``evidence`` inside the union of ``spans``."""
+    lo, hi = evidence
+    total, cursor = 0, lo
+    for start, end in sorted(spans):
+        start, end = max(start, cursor), min(end, hi)
+        if end > start:
+            total += end - start
+            cursor = end
+    return total
+
+
+@dataclass(frozen=True)
+class Score:
+    """One question's outcome for one list of returned pieces."""
+
+    hit: bool
+    answer: bool
+    recall: float | None
+    tokens: int
+
+
+def score(question: Question, parts: Sequence[Piece]) -> Score:
+    """Score returned pieces against a question's gold answers and evidence."""
+    text = "\n".join(p.text for p in parts).lower()
+    answer = any(a.lower() in text for a in question.answers if a)
+    tokens = sum(estimate_tokens(p.text) for p in parts)
+    if not parts:
+        return Score(False, False, 0.0, 0)
+    spans = [
+        (p.start, p.end)
+        for p in parts
+        if p.doc_id == question.doc_id and p.start is not None and p.end is not None
+    ]
+    if any(p.start is None for p in parts) or not question.evidence:
+        return Score(answer, answer, None, tokens)
+    merged = _union(question.evidence)
+    inside = sum(_covered(ev, spans) for ev in merged)
+    total = sum(e - s for s, e in merged)
+    hit = any(_covered(ev, spans) == ev[1] - ev[0] for ev in question.evidence)
+    return Score(hit, answer, inside / total if total else None, tokens)
+
+
+def _union(spans: Iterable[Span]) -> list[Span]:
+    out: list[Span] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out

@@ -1,0 +1,377 @@
+"""SmallToBigRetriever: search small children, return big context (glue only).
+
+The work lives in :mod:`langchain_s2b.core` (pure operations that yield I/O
+requests) and :mod:`langchain_s2b.store` (the runner that carries them out).
+This class holds the fields and one sync and one async path per public
+method, which differ only in calling the runner's ``drive`` or ``adrive``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list
+from langchain_core.stores import BaseStore, InMemoryStore
+from langchain_core.tools import BaseTool
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from typing_extensions import Self
+
+from langchain_s2b import callbacks, tools
+from langchain_s2b.core import lifecycle
+from langchain_s2b.core import verify as checks
+from langchain_s2b.core.batch import lockstep
+from langchain_s2b.core.ingest import IndexingResult
+from langchain_s2b.core.params import OVERRIDABLE, Mode, QueryParams, check, with_overrides
+from langchain_s2b.core.requests import Op
+from langchain_s2b.core.retrieval import retrieve
+from langchain_s2b.core.splitters import default_levels
+from langchain_s2b.core.tree import Level, check_levels
+from langchain_s2b.store import persist
+from langchain_s2b.store.child_index import ChildIndex
+from langchain_s2b.store.codec import DocumentCodecStore
+from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.runner import Runner
+
+T = TypeVar("T")
+_NOT_SAVED = frozenset(
+    {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
+    | {"callbacks"}
+)
+
+
+class SmallToBigRetriever(BaseRetriever):
+    """Search small children in a vector index; return parents, windows or documents.
+
+    Setup:
+        .. code-block:: bash
+
+            pip install -U langchain-s2b "langchain-s2b[local]"
+
+    Key init args:
+        vectorstore: the child index (``FaissIndex`` by default; any LangChain
+            ``VectorStore`` that returns scores works).
+        docstore: a ``BaseStore[str, Document]`` of nodes (parents, neighbours,
+            documents), or pass ``byte_store`` for any byte store (JSON codec).
+        mode: ``"parent"``, ``"window"`` or ``"multilevel"``.
+        k: number of *results* (parents, windows, contexts), not of children.
+
+    Instantiate:
+        .. code-block:: python
+
+            from langchain_s2b import SmallToBigRetriever
+            from langchain_core.embeddings import DeterministicFakeEmbedding
+
+            retriever = SmallToBigRetriever.from_documents(
+                docs, DeterministicFakeEmbedding(size=64), mode="parent", k=3
+            )
+
+    Usage:
+        .. code-block:: python
+
+            docs = retriever.invoke("who was Rollo?", k=2)
+            docs[0].metadata["score"], docs[0].metadata["matches"]
+
+    Use within a chain:
+        .. code-block:: python
+
+            context = retriever | format_docs
+            chain = {"context": context, "question": RunnablePassthrough()} | prompt | llm
+
+    Scores are cosine similarities of the best-matching child (max
+    aggregation); higher is better. Every result's ``start``/``end`` is its span
+    in the source text, and ``matches`` lists each matched child's span and score.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    vectorstore: VectorStore
+    """The child index: only the finest level is embedded here."""
+    docstore: BaseStore[str, Document] = Field(default_factory=InMemoryStore)
+    """Every node (leaves, parents, documents) and the per-source manifests."""
+    byte_store: BaseStore[str, bytes] | None = None
+    """A byte store to hold the nodes instead, through a safe JSON codec."""
+    mode: Mode = "parent"
+    """What one result is: a parent, a window, or an escalated context."""
+    levels: list[Level] | None = None
+    """Levels finest first; defaults depend on ``mode`` and the splitters below."""
+    child_splitter: Any = None
+    """Splitter of the embedded level (default: ~300 tokens, or sentences)."""
+    parent_splitter: Any = None
+    """Splitter of the parent level in parent mode (default: ~1,200 tokens)."""
+    k: int = Field(default=4, gt=0)
+    """Results per query (parents, windows or contexts)."""
+    fetch_k: int = Field(default=20, gt=0)
+    """Children fetched by the first search; doubled until ``k`` results exist."""
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Defaults for per-call options (``filter``, ``window_size`` ...)."""
+    window_size: int = Field(default=3, ge=0)
+    """Neighbours on each side of a hit, in window mode."""
+    window_before: int | None = Field(default=None, ge=0)
+    """Neighbours before a hit (overrides ``window_size`` on that side)."""
+    window_after: int | None = Field(default=None, ge=0)
+    """Neighbours after a hit (overrides ``window_size`` on that side)."""
+    coalesce: bool = True
+    """Merge windows of one source that overlap or touch."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    """Token budget for all results together (estimated offline, 4 chars/token)."""
+    margin: float = Field(default=0.1, ge=0)
+    """Multilevel: hits within this score of the best count as evidence."""
+    merge_threshold: float | None = Field(default=None, ge=0, lt=1)
+    """Multilevel: also merge into a parent when more than this share of its children hit."""
+    source_id_key: str | list[str] | None = None
+    """Metadata field(s) that identify a source; default ``Document.id`` or a content hash."""
+    on_missing: str = Field(default="raise", pattern="^(raise|skip)$")
+    """A node missing from the docstore: ``"raise"``, or ``"skip"`` (logged and counted)."""
+
+    _levels: list[Level] = PrivateAttr(default_factory=list)
+    _io: Runner = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _setup(self) -> Self:
+        if self.byte_store is not None:
+            self.docstore = DocumentCodecStore(self.byte_store)
+        self._levels = check_levels(
+            self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
+        )
+        self._io = Runner(ChildIndex(self.vectorstore), self.docstore)
+        check(self.defaults())
+        return self
+
+    # Construction --------------------------------------------------------------
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Sequence[Document],
+        embedding: Embeddings,
+        *,
+        ids: Sequence[str] | None = None,
+        index_factory: str = "Flat",
+        **fields: Any,
+    ) -> SmallToBigRetriever:
+        """Build a FAISS-backed retriever and add ``documents`` in one call."""
+        retriever = cls(vectorstore=FaissIndex(embedding, index_factory), **fields)
+        retriever.add_documents(documents, ids=ids)
+        return retriever
+
+    def defaults(self) -> QueryParams:
+        """The constructor's retrieval options, before per-call overrides."""
+        fields = {name: getattr(self, name) for name in OVERRIDABLE if name != "filter"}
+        return with_overrides(QueryParams(**fields), self.search_kwargs)
+
+    # Ingestion and deletion ----------------------------------------------------
+
+    def add_documents(
+        self, documents: Sequence[Document], ids: Sequence[str] | None = None
+    ) -> IndexingResult:
+        """Split, embed and store documents; unchanged sources are skipped."""
+        return self._io.drive(lifecycle.add(self._lifecycle_config(), documents, ids), write=True)
+
+    async def aadd_documents(
+        self, documents: Sequence[Document], ids: Sequence[str] | None = None
+    ) -> IndexingResult:
+        """Async :meth:`add_documents`."""
+        gen = lifecycle.add(self._lifecycle_config(), documents, ids)
+        return await self._io.adrive(gen, write=True)
+
+    def delete(self, source_ids: Sequence[str]) -> list[str]:
+        """Remove sources from both stores; returns the ids that existed."""
+        return self._io.drive(lifecycle.delete(source_ids), write=True)
+
+    async def adelete(self, source_ids: Sequence[str]) -> list[str]:
+        """Async :meth:`delete`."""
+        return await self._io.adrive(lifecycle.delete(source_ids), write=True)
+
+    def _lifecycle_config(self) -> lifecycle.Config:
+        key = self.source_id_key
+        fields = [key] if isinstance(key, str) else list(key or [])
+        emb = self._io.index.embeddings
+        limit = getattr(emb, "max_input_tokens", None)
+        counter = getattr(emb, "count_tokens", None)
+        if limit is not None and callable(counter):
+            return lifecycle.Config(self._levels, fields, limit, counter)
+        return lifecycle.Config(self._levels, fields, limit)
+
+    # Retrieval -----------------------------------------------------------------
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        docs = self._io.drive(retrieve(query, self._params(kwargs), self.on_missing))
+        callbacks.emit(run_manager, docs)
+        return docs
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        docs = await self._io.adrive(retrieve(query, self._params(kwargs), self.on_missing))
+        await callbacks.aemit(run_manager, docs)
+        return docs
+
+    def _params(self, overrides: dict[str, Any]) -> QueryParams:
+        return with_overrides(self.defaults(), overrides)
+
+    def as_tool(
+        self,
+        args_schema: Any = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arg_types: Any = None,
+        **retrieval_kwargs: Any,
+    ) -> BaseTool:
+        """This retriever as an agent tool: contexts as text, documents as the artifact."""
+        if args_schema is not None or arg_types is not None:
+            return super().as_tool(
+                args_schema, name=name, description=description, arg_types=arg_types
+            )
+        return tools.as_tool(
+            self,
+            name or tools.DEFAULT_TOOL_NAME,
+            description or tools.DEFAULT_TOOL_DESCRIPTION,
+            **retrieval_kwargs,
+        )
+
+    # Persistence and verification ----------------------------------------------
+
+    def save(self, path: str | Path, *, include_docstore: bool | None = None) -> Path:
+        """Save the child index, the in-memory docstore and the configuration.
+
+        Atomic (a crash leaves the previous save loadable) and pickle-free; see
+        :mod:`langchain_s2b.persist`. A docstore on disk or in a server is not
+        copied unless ``include_docstore=True``: pass it again to :meth:`load`.
+        """
+        saved = persist.Saved(self.vectorstore, self.docstore, self._levels, self._options())
+        with self._io.lock.hold(write=False):
+            return persist.save(saved, path, include_docstore=include_docstore)
+
+    def _options(self) -> dict[str, Any]:
+        """The options that differ from their defaults, as JSON (for :meth:`save`)."""
+        out: dict[str, Any] = {}
+        for name, info in type(self).model_fields.items():
+            if name in _NOT_SAVED:
+                continue
+            value = getattr(self, name)
+            if not info.is_required() and value == info.get_default(call_default_factory=True):
+                continue
+            try:
+                out[name] = json.loads(json.dumps(value, allow_nan=False))
+            except (TypeError, ValueError):
+                msg = (
+                    f"The retriever option {name}={value!r} can not be saved as JSON; "
+                    f"remove it before save() and pass {name}=... to load() instead."
+                )
+                raise ValueError(msg) from None
+        return out
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        embedding: Embeddings,
+        *,
+        docstore: BaseStore[str, Document] | None = None,
+        byte_store: BaseStore[str, bytes] | None = None,
+        vectorstore: VectorStore | None = None,
+        splitters: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> SmallToBigRetriever:
+        """Load a :meth:`save`; checks the format version and the embedding's dimension.
+
+        Keyword arguments: ``docstore=``/``byte_store=`` (required when the save
+        did not copy its store), ``vectorstore=``, ``splitters={level: splitter}``
+        for custom splitters, and any retriever option to override.
+        """
+        loaded = persist.load(
+            path,
+            embedding,
+            docstore=docstore,
+            byte_store=byte_store,
+            vectorstore=vectorstore,
+            splitters=splitters,
+        )
+        fields = {**loaded.options, **overrides}
+        unknown = sorted(set(fields) - set(cls.model_fields))
+        if unknown:
+            msg = f"{path}: unknown retriever options {unknown}."
+            raise ValueError(msg)
+        return cls(vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields)
+
+    def verify(self, *, repair: bool = False) -> checks.VerifyReport:
+        """Check that the child index, the docstore and the manifests agree.
+
+        With ``repair=True``, delete orphans and re-index (or remove) sources
+        with missing pieces; see :mod:`langchain_s2b.verify`.
+        """
+        return self._io.drive(checks.check(self._lifecycle_config(), repair=repair), write=repair)
+
+    async def averify(self, *, repair: bool = False) -> checks.VerifyReport:
+        """Async :meth:`verify`."""
+        op = checks.check(self._lifecycle_config(), repair=repair)
+        return await self._io.adrive(op, write=repair)
+
+    # Batch -------------------------------------------------------------------------
+
+    def batch(
+        self,
+        inputs: list[str],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Retrieve for many queries together: one embedding call, one search, one fetch.
+
+        Every query runs the generator ``invoke`` runs, in lock-step with the
+        others (:mod:`langchain_s2b.batch`), so each gets what ``invoke(query,
+        **kwargs)`` returns (a FAISS matrix search may round a score differently
+        in its last float32 digit), and its own callback run. Queries are
+        embedded by the model's ``embed_queries`` when it has one.
+        """
+        if not inputs:
+            return []
+        kwargs.pop("run_id", None)
+        runs = callbacks.start_runs(self, inputs, get_config_list(config, len(inputs)), kwargs)
+        try:
+            outcomes = self._io.drive(lockstep(self._retrievals(inputs, kwargs)))
+        except ValueError as err:
+            outcomes = [(False, err)] * len(inputs)
+        callbacks.finish_runs(runs, outcomes)
+        return callbacks.first_error(outcomes, return_exceptions)
+
+    async def abatch(
+        self,
+        inputs: list[str],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async :meth:`batch`."""
+        if not inputs:
+            return []
+        kwargs.pop("run_id", None)
+        configs = get_config_list(config, len(inputs))
+        runs = await callbacks.astart_runs(self, inputs, configs, kwargs)
+        try:
+            outcomes = await self._io.adrive(lockstep(self._retrievals(inputs, kwargs)))
+        except ValueError as err:
+            outcomes = [(False, err)] * len(inputs)
+        await callbacks.afinish_runs(runs, outcomes)
+        return callbacks.first_error(outcomes, return_exceptions)
+
+    def _retrievals(self, inputs: list[str], kwargs: dict[str, Any]) -> list[Op[list[Document]]]:
+        params = self._params(kwargs)
+        return [retrieve(query, params, self.on_missing) for query in inputs]

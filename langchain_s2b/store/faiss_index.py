@@ -1,0 +1,468 @@
+"""The FAISS child index: a LangChain ``VectorStore`` that never pickles, and its files.
+
+Vectors are L2-normalised and searched by inner product, so a score is the
+cosine similarity (higher is better). Each vector is keyed by its node key;
+FAISS row positions are never used as split indices. ``save``/``load`` write
+the FAISS index with ``faiss.write_index`` and everything else as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from langchain_s2b.core.filters import Filter, matches_filter
+
+INDEX_FILE = "children.faiss"
+RECORDS_FILE = "children.jsonl"
+RECORDS_FORMAT = "langchain_s2b.faiss.v1"
+
+
+def normalise(vectors: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    """L2-normalised float32 copy of the rows (zero rows stay zero)."""
+    out = np.array(vectors, dtype=np.float32, order="C", copy=True)
+    if out.ndim != 2:
+        msg = f"Expected a 2-D array of vectors; got shape {out.shape}."
+        raise ValueError(msg)
+    faiss.normalize_L2(out)
+    return out
+
+
+class FaissIndex(VectorStore):
+    """Child vectors in FAISS, keyed by node key, with text and metadata beside.
+
+    Args:
+        embedding: the model that embeds children and queries.
+        index_factory: a FAISS ``index_factory`` string (``"Flat"`` exact,
+            ``"HNSW32"``, ``"IVF1024,Flat"`` ...); inner-product metric.
+        search_params: FAISS search-time parameters, e.g. ``"nprobe=16"`` (IVF) or
+            ``"efSearch=64"`` (HNSW), as ``faiss.ParameterSpace`` reads them.
+        train_size: an index that needs training (IVF, PQ) keeps its first vectors
+            in an exact flat index until this many have arrived, then trains on
+            them and moves them in (default: FAISS's 39 per IVF list, at least
+            10,000). Call :meth:`train` to train on a sample of your own instead.
+    """
+
+    def __init__(
+        self,
+        embedding: Embeddings,
+        index_factory: str = "Flat",
+        *,
+        search_params: str | None = None,
+        train_size: int | None = None,
+    ) -> None:
+        self.embedding = embedding
+        self.index_factory = index_factory
+        self.search_params = search_params
+        self.train_size = train_size
+        self._index: Any = None
+        self._staging: Any = None
+        self._dim: int | None = None
+        self._next_id = 0
+        self._ids: dict[str, int] = {}
+        self._keys: dict[int, str] = {}
+        self._records: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedding model."""
+        return self.embedding
+
+    @property
+    def dim(self) -> int | None:
+        """Vector dimension, once the first vector is added."""
+        return self._dim
+
+    @property
+    def is_trained(self) -> bool:
+        """False while an IVF/PQ index still holds its vectors in the exact staging index."""
+        return self._staging is None and (self._index is None or bool(self._index.is_trained))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _new_index(self, dim: int) -> Any:
+        try:
+            inner = faiss.index_factory(dim, self.index_factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as err:
+            msg = f"FAISS rejects index_factory={self.index_factory!r}: {str(err).splitlines()[-1]}"
+            raise ValueError(msg) from None
+        index = inner if "IDMap" in self.index_factory else faiss.IndexIDMap2(inner)
+        if self.search_params:
+            try:
+                self._apply_search_params(index)
+            except RuntimeError:
+                msg = (
+                    f"FAISS cannot set search_params={self.search_params!r} on a "
+                    f"{self.index_factory!r} index (IVF: 'nprobe=16'; HNSW: 'efSearch=64')."
+                )
+                raise ValueError(msg) from None
+        return index
+
+    def _apply_search_params(self, index: Any) -> None:
+        space: Any = faiss.ParameterSpace()
+        space.set_index_parameters(index, self.search_params)
+
+    def _ensure_index(self, dim: int) -> None:
+        if self._index is None:
+            self._index = self._new_index(dim)
+            self._dim = dim
+            if not self._index.is_trained:
+                self._staging = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        elif dim != self._dim:
+            msg = (
+                f"The embedding returns {dim}-dimensional vectors but this index holds "
+                f"{self._dim}-dimensional ones; use the model the index was built with."
+            )
+            raise ValueError(msg)
+
+    def _active(self) -> Any:
+        return self._staging if self._staging is not None else self._index
+
+    def _wanted_training(self) -> int:
+        if self.train_size is not None:
+            return self.train_size
+        try:
+            return max(10_000, 39 * int(faiss.extract_index_ivf(self._index).nlist))
+        except RuntimeError:
+            return 10_000
+
+    def train(self, vectors: np.ndarray | Sequence[Sequence[float]]) -> None:
+        """Train an IVF/PQ index on a sample now, and move the staged vectors in."""
+        matrix = normalise(np.asarray(vectors, dtype=np.float32))
+        with self._lock:
+            self._ensure_index(matrix.shape[1])
+            if not self._index.is_trained:
+                self._index.train(matrix)
+            self._unstage()
+
+    def _unstage(self) -> None:
+        """Train on the staged vectors if still needed, then move them to the index."""
+        staging, self._staging = self._staging, None
+        if staging is None or staging.ntotal == 0:
+            return
+        rows = faiss.vector_to_array(staging.id_map).astype(np.int64)
+        vectors = faiss.downcast_index(staging.index).reconstruct_n(0, staging.ntotal)
+        if not self._index.is_trained:
+            try:
+                self._index.train(vectors)
+            except RuntimeError as err:
+                self._staging = staging
+                msg = f"Training {self.index_factory!r} failed: {str(err).splitlines()[-1]}"
+                raise ValueError(msg) from None
+        self._index.add_with_ids(vectors, rows)
+
+    def add_vectors(
+        self,
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]],
+        ids: Sequence[str],
+    ) -> list[str]:
+        """Add precomputed vectors; an existing id is replaced."""
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or len(matrix) != len(ids):
+            msg = f"Expected {len(ids)} vectors as a 2-D array; got shape {matrix.shape}."
+            raise ValueError(msg)
+        if not np.isfinite(matrix).all():
+            msg = "The embedding returned NaN or infinite values; refusing to index them."
+            raise ValueError(msg)
+        with self._lock:
+            self._ensure_index(matrix.shape[1])
+            known = self._ids
+            self.delete([i for i in ids if i in known])
+            rows = np.arange(self._next_id, self._next_id + len(ids), dtype=np.int64)
+            self._next_id += len(ids)
+            self._active().add_with_ids(normalise(matrix), rows)
+            records = self._records
+            keys = self._keys
+            for row, key, text, meta in zip(rows.tolist(), ids, texts, metadatas, strict=True):
+                known[key] = row
+                keys[row] = key
+                records[row] = (text, meta)
+            if self._staging is not None and self._staging.ntotal >= self._wanted_training():
+                self._unstage()
+        return list(ids)
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Embed and add texts under ``ids`` (required: children have keys)."""
+        texts = list(texts)
+        if ids is None or len(ids) != len(texts):
+            msg = "FaissIndex.add_texts needs one id per text (the child node keys)."
+            raise ValueError(msg)
+        if not texts:
+            return []
+        vectors = np.asarray(self.embedding.embed_documents(texts), dtype=np.float32)
+        return self.add_vectors(vectors, texts, metadatas or [{} for _ in texts], ids)
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Remove vectors by key; unknown keys are ignored. Returns whether any went."""
+        with self._lock:
+            rows = [self._ids.pop(key) for key in ids or [] if key in self._ids]
+            if rows:
+                self._active().remove_ids(np.asarray(rows, dtype=np.int64))
+            for row in rows:
+                del self._keys[row]
+                del self._records[row]
+        return bool(rows)
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The stored children with these keys (unknown keys skipped)."""
+        with self._lock:
+            rows = [self._ids[key] for key in ids if key in self._ids]
+            return [self._document(row) for row in rows]
+
+    def _document(self, row: int) -> Document:
+        text, meta = self._records[row]
+        return Document(page_content=text, metadata=dict(meta), id=self._keys[row])
+
+    def search_rows(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Raw batched search: ``(scores, rows)``, one row per query; ``-1`` is an empty slot."""
+        matrix = np.asarray(queries, dtype=np.float32)
+        with self._lock:
+            index = self._active()
+            if index is None or index.ntotal == 0:
+                empty = np.empty((len(matrix), 0))
+                return empty.astype(np.float32), empty.astype(np.int64)
+            self._ensure_index(matrix.shape[1])
+            k = min(k, int(index.ntotal))
+            scores, rows = index.search(normalise(matrix), k)
+        return scores, rows
+
+    def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
+        """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
+        out: list[tuple[str, str, dict[str, Any]] | None] = []
+        with self._lock:
+            keys, records = self._keys, self._records
+            for row in rows:
+                key = keys.get(row)
+                out.append(None if key is None else (key, *records[row]))
+        return out
+
+    def similarity_search_with_score_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        filter: Filter | None = None,
+        fetch_k: int = 20,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """Nearest children with cosine scores; a filter post-filters ``fetch_k``."""
+        wanted = max(k, fetch_k) if filter is not None else k
+        scores, rows = self.search_rows(np.asarray([embedding]), wanted)
+        out: list[tuple[Document, float]] = []
+        rows_list = rows[0].tolist()
+        for score, row, found in zip(
+            scores[0].tolist(), rows_list, self.records(rows_list), strict=True
+        ):
+            if found and matches_filter(found[2], filter):
+                out.append((self._document(row), float(score)))
+        return out[:k]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Embed ``query`` and search."""
+        vector = self.embedding.embed_query(query)
+        return self.similarity_search_with_score_by_vector(vector, k, **kwargs)
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        """Nearest children to ``query``."""
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        return lambda score: score
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> FaissIndex:
+        """Build an index from texts with their keys."""
+        store = cls(embedding, **kwargs)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+    def keys(self) -> list[str]:
+        """Every child key the index holds (for ``verify``)."""
+        with self._lock:
+            return list(self._ids)
+
+    def save(self, directory: str | Path) -> list[str]:
+        """Write the FAISS index and the JSON records into ``directory``.
+
+        Returns the names of the files written. Not atomic on its own:
+        :func:`langchain_s2b.store.persist.save` writes into a fresh directory and
+        switches to it only once everything is on disk.
+        """
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            written = [RECORDS_FILE]
+            if self._index is not None:
+                faiss.write_index(self._active(), str(path / INDEX_FILE))
+                written.append(INDEX_FILE)
+            with (path / RECORDS_FILE).open("w", encoding="ascii") as out:
+                header = {
+                    "format": RECORDS_FORMAT,
+                    "dim": self._dim,
+                    "factory": self.index_factory,
+                    "next": self._next_id,
+                    "count": len(self._records),
+                    "staged": self._staging is not None,
+                    "search_params": self.search_params,
+                    "train_size": self.train_size,
+                }
+                out.write(json.dumps(header) + "\n")
+                for row, (text, meta) in self._records.items():
+                    line = {"row": row, "key": self._keys[row], "text": text, "meta": meta}
+                    out.write(json.dumps(line, ensure_ascii=True, allow_nan=False) + "\n")
+        return written
+
+    @classmethod
+    def load(cls, directory: str | Path, embedding: Embeddings) -> FaissIndex:
+        """Read an index written by :meth:`save` (no pickle: JSON and FAISS only).
+
+        Every value is type-checked, and the FAISS file must be an ``IndexIDMap2``
+        whose dimension, size and row ids match the records; anything else raises
+        ``ValueError`` naming the file and what is wrong.
+        """
+        path = Path(directory)
+        header, records = read_records(path / RECORDS_FILE)
+        store = cls(embedding, header["factory"], **header["options"])
+        store._next_id = header["next"]
+        if header["dim"] is not None:
+            index = read_faiss(path / INDEX_FILE, header["dim"], records)
+            store._ensure_index(header["dim"])
+            if header["staged"]:
+                store._staging = index
+            else:
+                store._staging, store._index = None, index
+                if store.search_params:
+                    store._apply_search_params(index)
+        elif records:
+            msg = f"{path / RECORDS_FILE}: records but no dimension; the file is damaged."
+            raise ValueError(msg)
+        for row, key, text, meta in records:
+            store._ids[key] = row
+            store._keys[row] = key
+            store._records[row] = (text, meta)
+        return store
+
+
+# Reading the files back (every value checked) -------------------------------------
+
+_FACTORY = re.compile(r"^[A-Za-z0-9_,.\-]{1,200}$")
+Record = tuple[int, str, str, dict[str, Any]]
+
+
+def _damaged(file: Path, what: str) -> ValueError:
+    return ValueError(f"{file} is not a langchain_s2b child index file: {what}.")
+
+
+def _int(value: Any, name: str, file: Path, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _damaged(file, f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
+    """Parse and type-check ``children.jsonl``."""
+    try:
+        lines = file.read_bytes().decode("ascii").splitlines()
+        rows = [json.loads(line) for line in lines]
+    except FileNotFoundError:
+        raise _damaged(file, "the file is missing") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _damaged(file, f"not JSON lines ({err})") from None
+    if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != RECORDS_FORMAT:
+        raise _damaged(file, f"the first line must be a header with format {RECORDS_FORMAT!r}")
+    header = rows[0]
+    dim = header.get("dim")
+    if dim is not None:
+        _int(dim, "dim", file, minimum=1)
+    factory = header.get("factory")
+    if not isinstance(factory, str) or not _FACTORY.match(factory):
+        raise _damaged(file, f"factory must be a FAISS index_factory string, got {factory!r}")
+    nxt = _int(header.get("next"), "next", file)
+    count = _int(header.get("count"), "count", file)
+    records: list[Record] = []
+    seen_keys: set[str] = set()
+    seen_rows: set[int] = set()
+    for rec in rows[1:]:
+        if not isinstance(rec, dict):
+            raise _damaged(file, f"a record must be an object, got {type(rec).__name__}")
+        row = _int(rec.get("row"), "row", file)
+        key, text, meta = rec.get("key"), rec.get("text"), rec.get("meta")
+        ok = isinstance(key, str) and key and isinstance(text, str) and isinstance(meta, dict)
+        if not ok or row >= nxt or key in seen_keys or row in seen_rows:
+            raise _damaged(file, f"bad record for row {row!r} (key {key!r})")
+        seen_keys.add(str(key))
+        seen_rows.add(row)
+        records.append((row, str(key), str(text), dict(meta)))  # type: ignore[arg-type]
+    if count != len(records):
+        raise _damaged(file, f"the header counts {count} records but {len(records)} follow")
+    params, size = header.get("search_params"), header.get("train_size")
+    if (params is not None and not isinstance(params, str)) or not isinstance(
+        header.get("staged", False), bool
+    ):
+        raise _damaged(file, "search_params must be a string and staged a boolean")
+    options = {
+        "search_params": params,
+        "train_size": None if size is None else _int(size, "train_size", file, minimum=1),
+    }
+    staged = bool(header.get("staged", False))
+    info = {"dim": dim, "factory": factory, "next": nxt, "staged": staged, "options": options}
+    return info, records
+
+
+def read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
+    """Read a FAISS file and check it matches the records exactly."""
+    try:
+        with file.open("rb") as fh:
+            magic = fh.read(4)
+    except FileNotFoundError:
+        raise _damaged(file, "the file is missing") from None
+    if magic != b"IxM2":
+        raise _damaged(file, f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}")
+    try:
+        index: Any = faiss.read_index(str(file))
+    except RuntimeError as err:
+        raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
+    if index.d != dim:
+        msg = (
+            f"{file} holds {index.d}-dimensional vectors but the records say {dim}; "
+            "the files do not belong together."
+        )
+        raise ValueError(msg)
+    rows = sorted(int(r) for r in faiss.vector_to_array(index.id_map).tolist())
+    if index.ntotal != len(records) or rows != sorted(r[0] for r in records):
+        msg = (
+            f"{file} holds {index.ntotal} vectors whose ids do not match the "
+            f"{len(records)} records; the files do not belong together."
+        )
+        raise ValueError(msg)
+    return index

@@ -1,0 +1,429 @@
+"""Persistence: a retriever's stores as plain files (FAISS + JSON, never pickle).
+
+A save directory holds complete snapshots and a pointer to the current one::
+
+    path/
+      CURRENT                  the name of the current snapshot (one line)
+      snapshot-<time>-<rand>/
+        s2b.json               format, version, configuration, checksums
+        children.faiss         faiss.write_index of the child index
+        children.jsonl         the children's keys, text and metadata
+        nodes.txt              the docstore, when it lives in memory: per line the
+                               key as a JSON string, a tab, the document as JSON
+
+``save`` writes a new snapshot beside the old ones, flushes it to disk, then
+replaces ``CURRENT`` with ``os.replace`` (atomic) and only then removes older
+snapshots: a crash at any moment leaves a loadable save, the old or the new.
+``load`` reads only JSON and FAISS files, checks every value's type, every
+file's checksum, the format version and the embedding's dimension, and
+refuses anything else with a ``ValueError`` that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
+from langchain_core.vectorstores import VectorStore
+
+from langchain_s2b.core.lifecycle import Config
+from langchain_s2b.core.splitters import build_splitter, describe_splitter
+from langchain_s2b.core.tree import Level
+from langchain_s2b.store.codec import DocumentCodecStore, decode_document, encode_document
+from langchain_s2b.store.faiss_index import INDEX_FILE, RECORDS_FILE, FaissIndex
+from langchain_s2b.store.files import (
+    TEMP_PREFIX,
+    class_name,
+    fsync_and_hash,
+    fsync_dir,
+    sha256_file,
+    write_json,
+    write_text_atomic,
+)
+
+FORMAT = "langchain_s2b"
+FORMAT_VERSION = 1
+POINTER = "CURRENT"
+CONFIG_FILE = "s2b.json"
+NODES_FILE = "nodes.txt"
+_SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What a save holds: the two stores, the levels and the retriever's options."""
+
+    vectorstore: VectorStore
+    docstore: BaseStore[str, Document]
+    levels: list[Level]
+    options: dict[str, Any]
+    """The retriever's options that differ from their defaults, as JSON values."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What :func:`load` read: the stores to build a retriever on, its levels and options."""
+
+    vectorstore: VectorStore
+    stores: dict[str, Any]
+    """``{"docstore": ...}`` or ``{"byte_store": ...}``."""
+    levels: list[Level]
+    options: dict[str, Any]
+
+
+# Saving ------------------------------------------------------------------------------
+
+
+def save(saved: Saved, path: str | Path, *, include_docstore: bool | None = None) -> Path:
+    """Write a retriever's parts into ``path`` atomically; returns the snapshot directory.
+
+    Args:
+        saved: the retriever's stores, levels and options (hold its lock while calling).
+        path: a new or empty directory, or an earlier save (it is replaced).
+        include_docstore: copy the docstore into the save. Default: only when it
+            lives in memory; a store on disk or in a server stays where it is and
+            is passed again to :func:`load`.
+    """
+    root = Path(path)
+    _check_target(root)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"snapshot-{time.time_ns()}-{secrets.token_hex(4)}"
+    temp = root / f"{TEMP_PREFIX}{name}"
+    temp.mkdir()
+    try:
+        meta = _write_snapshot(saved, temp, include_docstore)
+        write_json(temp / CONFIG_FILE, meta)
+        fsync_dir(temp)
+        os.replace(temp, root / name)
+        fsync_dir(root)
+        write_text_atomic(root / POINTER, name + "\n")
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    _remove_old(root, keep=name)
+    return root / name
+
+
+def _check_target(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        msg = f"Cannot save into {root}: it is a file; pass a directory path."
+        raise ValueError(msg)
+    if root.is_dir() and any(root.iterdir()) and not (root / POINTER).exists():
+        msg = (
+            f"Refusing to save into {root}: it is not empty and not an earlier "
+            "langchain_s2b save (no CURRENT file); choose a new or empty directory."
+        )
+        raise ValueError(msg)
+
+
+def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> dict[str, Any]:
+    files: dict[str, str] = {}
+    index = saved.vectorstore
+    if isinstance(index, FaissIndex):
+        for written in index.save(temp):
+            files[written] = fsync_and_hash(temp / written)
+        vectors: dict[str, Any] = {"kind": "faiss", "count": len(index), "dim": index.dim}
+    else:
+        vectors = {"kind": "external", "class": class_name(index)}
+    store = saved.docstore
+    kind = docstore_kind(store)
+    include = kind != "external" if include_docstore is None else include_docstore
+    nodes = None
+    if include:
+        nodes = write_nodes(store, temp / NODES_FILE)
+        files[NODES_FILE] = fsync_and_hash(temp / NODES_FILE)
+    levels = saved.levels
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "embedding": {"class": class_name(index.embeddings), "dim": vectors.get("dim")},
+        "vectorstore": vectors,
+        "docstore": {"kind": kind, "class": class_name(store), "saved": include, "count": nodes},
+        "retriever": saved.options,
+        "levels": [{"name": lv.name, "splitter": describe_splitter(lv)} for lv in levels],
+        "fingerprint": Config(levels).fingerprint(),
+        "files": files,
+    }
+
+
+# Loading ------------------------------------------------------------------------------
+
+
+def load(
+    path: str | Path,
+    embedding: Embeddings,
+    *,
+    docstore: BaseStore[str, Document] | None = None,
+    byte_store: BaseStore[str, bytes] | None = None,
+    vectorstore: Any = None,
+    splitters: Mapping[str, Any] | None = None,
+) -> Loaded:
+    """Read a save written by :func:`save`; see ``SmallToBigRetriever.load``."""
+    snap = current_snapshot(Path(path))
+    meta = _read_config(snap)
+    _check_files(snap, meta["files"])
+    dim = meta["embedding"]["dim"]
+    if dim is not None:
+        check_dimension(embedding, dim, meta["embedding"]["class"])
+    vectorstore = _load_vectors(snap, meta, embedding, vectorstore)
+    store = restore_docstore(snap / NODES_FILE, meta["docstore"], docstore, byte_store)
+    levels = _load_levels(meta, splitters or {})
+    if Config(levels).fingerprint() != meta["fingerprint"]:
+        warnings.warn(
+            "The splitters passed to load() differ from the saved ones: re-adding an "
+            "unchanged source will re-index it.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return Loaded(vectorstore, store, levels, dict(meta["retriever"]))
+
+
+def current_snapshot(root: Path) -> Path:
+    """The snapshot ``root/CURRENT`` names, checked to be a direct child."""
+    pointer = root / POINTER
+    try:
+        name = pointer.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        msg = f"{root} is not a langchain_s2b save: {pointer} is missing."
+        raise ValueError(msg) from None
+    except UnicodeDecodeError:
+        name = "<binary>"
+    if not _SNAPSHOT.match(name) or not (root / name).is_dir():
+        msg = f"{pointer} must name a snapshot directory inside {root}; got {name[:80]!r}."
+        raise ValueError(msg)
+    return root / name
+
+
+def check_dimension(embedding: Embeddings, dim: int, saved_class: str) -> None:
+    """Refuse an embedding whose vectors do not have ``dim`` numbers."""
+    got = len(embedding.embed_query("dimension check"))
+    if got != dim:
+        msg = (
+            f"This index was built with {dim}-dimensional embeddings ({saved_class}); "
+            f"the embedding passed to load() ({class_name(embedding)}) returns {got}-"
+            "dimensional vectors. Pass the model the index was built with."
+        )
+        raise ValueError(msg)
+
+
+def _read_config(snap: Path) -> dict[str, Any]:
+    file = snap / CONFIG_FILE
+    try:
+        meta = json.loads(file.read_bytes())
+    except FileNotFoundError:
+        msg = f"{file} is missing; the save is incomplete or damaged."
+        raise ValueError(msg) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        msg = f"{file} is not JSON ({err}); it is not a langchain_s2b save."
+        raise ValueError(msg) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        msg = f"{file} is not a langchain_s2b save (no format {FORMAT!r})."
+        raise ValueError(msg)
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        msg = (
+            f"{file} has format version {version!r}; this langchain_s2b reads version "
+            f"{FORMAT_VERSION}. Load it with the version that wrote it and re-index."
+        )
+        raise ValueError(msg)
+    _check_shape(file, meta)
+    return meta
+
+
+def _check_shape(file: Path, meta: dict[str, Any]) -> None:
+    """Type-check the parts of ``s2b.json`` that load relies on."""
+    emb, vec, doc = meta.get("embedding"), meta.get("vectorstore"), meta.get("docstore")
+    files, levels = meta.get("files"), meta.get("levels")
+    problems = []
+    if not isinstance(emb, dict) or not isinstance(emb.get("class"), str):
+        problems.append("embedding must be an object with a class name")
+    elif emb.get("dim") is not None and (
+        isinstance(emb["dim"], bool) or not isinstance(emb["dim"], int) or emb["dim"] < 1
+    ):
+        problems.append(f"embedding.dim must be a positive integer, got {emb['dim']!r}")
+    if not isinstance(vec, dict) or vec.get("kind") not in ("faiss", "external"):
+        problems.append("vectorstore.kind must be 'faiss' or 'external'")
+    if not isinstance(doc, dict) or doc.get("kind") not in ("memory", "memory-bytes", "external"):
+        problems.append("docstore.kind must be 'memory', 'memory-bytes' or 'external'")
+    elif not isinstance(doc.get("saved"), bool):
+        problems.append("docstore.saved must be true or false")
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
+        problems.append("files must map file names to checksums")
+    if not isinstance(meta.get("retriever"), dict) or not isinstance(meta.get("fingerprint"), str):
+        problems.append("retriever must be an object and fingerprint a string")
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or not all(
+            isinstance(lv, dict)
+            and isinstance(lv.get("name"), str)
+            and isinstance(lv.get("splitter"), dict)
+            for lv in levels
+        )
+    ):
+        problems.append("levels must be a non-empty list of {name, splitter}")
+    if problems:
+        msg = f"{file} is malformed: {'; '.join(problems)}."
+        raise ValueError(msg)
+
+
+def _check_files(snap: Path, files: Mapping[str, str]) -> None:
+    allowed = {INDEX_FILE, RECORDS_FILE, NODES_FILE}
+    for name, digest in files.items():
+        if name not in allowed:
+            msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {allowed}."
+            raise ValueError(msg)
+        file = snap / name
+        if not file.is_file() or sha256_file(file) != digest:
+            msg = f"{file} is missing or does not match its checksum; the save is damaged."
+            raise ValueError(msg)
+
+
+def _load_vectors(snap: Path, meta: dict[str, Any], embedding: Embeddings, given: Any) -> Any:
+    if given is not None:
+        return given
+    if meta["vectorstore"]["kind"] != "faiss":
+        msg = (
+            f"This save's child index was a {meta['vectorstore'].get('class')!r}, which "
+            "save() does not copy; pass it again: load(path, embedding, vectorstore=...)."
+        )
+        raise ValueError(msg)
+    return FaissIndex.load(snap, embedding)
+
+
+def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Level]:
+    levels = []
+    for spec in meta["levels"]:
+        name = spec["name"]
+        splitter = splitters.get(name) or build_splitter(spec["splitter"], name)
+        levels.append(Level(name, splitter))
+    unknown = sorted(set(splitters) - {lv.name for lv in levels})
+    if unknown:
+        names = [lv.name for lv in levels]
+        msg = f"splitters= names unknown levels {unknown}; the saved levels are {names}."
+        raise ValueError(msg)
+    return levels
+
+
+# Files --------------------------------------------------------------------------------
+
+
+def _remove_old(root: Path, keep: str) -> None:
+    """Remove older snapshots and leftovers of interrupted saves."""
+    for child in root.iterdir():
+        if child.name == keep:
+            continue
+        if child.is_dir() and (_SNAPSHOT.match(child.name) or child.name.startswith(TEMP_PREFIX)):
+            shutil.rmtree(child, ignore_errors=True)
+        elif child.is_file() and child.name.startswith(TEMP_PREFIX):
+            child.unlink(missing_ok=True)
+
+
+# The docstore as a file: per line the key as JSON, a tab, the document as JSON ----
+
+BATCH = 1000
+"""Keys per ``mget``/``mset`` while copying."""
+
+
+def docstore_kind(store: BaseStore[str, Document]) -> str:
+    """``memory`` / ``memory-bytes`` (copied into a save) or ``external`` (not copied)."""
+    if type(store) is InMemoryStore:
+        return "memory"
+    if isinstance(store, DocumentCodecStore) and type(store.byte_store) is InMemoryByteStore:
+        return "memory-bytes"
+    return "external"
+
+
+def write_nodes(store: BaseStore[str, Document], file: Path) -> int:
+    """Copy every key and document; a codec store's bytes are copied as they are."""
+    count = 0
+    raw_store = store.byte_store if isinstance(store, DocumentCodecStore) else None
+    with file.open("wb") as out:
+        for batch in batches(store.yield_keys()):
+            values: list[Any] = (raw_store or store).mget(batch)
+            for key, value in zip(batch, values, strict=True):
+                if value is None:
+                    continue
+                if not isinstance(value, bytes) or not value.isascii() or b"\n" in value:
+                    value = encode_document(decode_document(value, key) if raw_store else value)
+                out.write(json.dumps(key).encode("ascii") + b"\t" + value + b"\n")
+                count += 1
+    return count
+
+
+def batches(keys: Iterator[str]) -> Iterator[list[str]]:
+    """Keys in lists of :data:`BATCH`."""
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def restore_docstore(
+    file: Path,
+    info: dict[str, Any],
+    docstore: BaseStore[str, Document] | None,
+    byte_store: BaseStore[str, bytes] | None,
+) -> dict[str, Any]:
+    """The store to load into (given, or a new in-memory one), filled from ``file``.
+
+    Returns the retriever field to set: ``{"docstore": ...}`` or ``{"byte_store": ...}``.
+    """
+    if docstore is not None and byte_store is not None:
+        msg = "Pass docstore= or byte_store= to load(), not both."
+        raise ValueError(msg)
+    if docstore is None and byte_store is None:
+        if not info["saved"]:
+            msg = (
+                f"This save did not copy its docstore (a {info.get('class')!r}, which keeps "
+                "its own data); pass it again: load(path, embedding, byte_store=...) or "
+                "docstore=...."
+            )
+            raise ValueError(msg)
+        if info["kind"] == "memory-bytes":
+            byte_store = InMemoryByteStore()
+        else:
+            docstore = InMemoryStore()
+    sink: BaseStore[str, Any] = byte_store if byte_store is not None else docstore  # type: ignore[assignment]
+    if info["saved"]:
+        pairs: list[tuple[str, Any]] = []
+        for key, raw, doc in read_nodes(file):
+            pairs.append((key, raw if byte_store is not None else doc))
+            if len(pairs) == BATCH:
+                sink.mset(pairs)
+                pairs = []
+        sink.mset(pairs)
+    return {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
+
+
+def read_nodes(file: Path) -> Iterator[tuple[str, bytes, Document]]:
+    """``(key, raw JSON, document)`` per line; every document is decoded and checked."""
+    with file.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            head, tab, raw = line.rstrip(b"\n").partition(b"\t")
+            try:
+                key = json.loads(head)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                key = None
+            if not tab or not isinstance(key, str):
+                msg = f"{file}, line {number}: expected a JSON string key, a tab and a document."
+                raise ValueError(msg)
+            yield key, raw, decode_document(raw, key)

@@ -1,0 +1,230 @@
+"""The one request runner: carries out every operation's requests, sync or async, under a lock.
+
+Retrieval, batch, add/delete and verify are operations (generators of
+:mod:`~langchain_s2b.core.requests`). :meth:`Runner.run` and
+:meth:`Runner.arun` are the only place where the sync and async paths differ;
+:func:`drive` and :func:`adrive` feed an operation its answers. Dispatch is
+exhaustive: a request of an unknown type is a ``TypeError``, never a guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+from langchain_core.documents import Document
+from langchain_core.stores import BaseStore
+
+from langchain_s2b.core.requests import (
+    AddLeaves,
+    EmbedQueries,
+    EmbedQuery,
+    Fetch,
+    ListChildren,
+    Op,
+    Put,
+    Remove,
+    RemoveLeaves,
+    Request,
+    ScanKeys,
+    Search,
+    SearchMany,
+)
+from langchain_s2b.store.child_index import ChildIndex
+
+T = TypeVar("T")
+
+
+class Runner:
+    """Carries out requests against one child index and one docstore, under one lock."""
+
+    def __init__(self, index: ChildIndex, docstore: BaseStore[str, Document]) -> None:
+        self.index = index
+        self.docstore = docstore
+        self.lock = ReadWriteLock()
+
+    def drive(self, op: Op[T], *, write: bool = False) -> T:
+        """Run one operation under the lock (readers never see half a write)."""
+        with self.lock.hold(write=write):
+            return drive(op, self.run)
+
+    async def adrive(self, op: Op[T], *, write: bool = False) -> T:
+        """Async :meth:`drive`."""
+        async with self.lock.ahold(write=write):
+            return await adrive(op, self.arun)
+
+    def run(self, request: Request[Any]) -> Any:
+        """Carry out one request synchronously."""
+        index, store = self.index, self.docstore
+        match request:
+            case EmbedQuery(query):
+                return index.embed_query(query)
+            case EmbedQueries(queries):
+                return index.embed_queries(queries)
+            case Search(vector, query, fetch, flt):
+                return index.search(vector, query, fetch, flt)
+            case SearchMany(vectors, queries, fetch, flt):
+                return index.search_many(vectors, queries, fetch, flt)
+            case Fetch(keys):
+                return store.mget(keys)
+            case Put(pairs):
+                return store.mset(pairs)
+            case Remove(keys):
+                return store.mdelete(keys)
+            case AddLeaves(leaves):
+                return index.add(leaves)
+            case RemoveLeaves(keys):
+                return index.delete(keys)
+            case ScanKeys():
+                return list(store.yield_keys())
+            case ListChildren(candidates):
+                return index.list_children(candidates)
+            case _:
+                raise _unknown(request)
+
+    async def arun(self, request: Request[Any]) -> Any:
+        """Carry out one request asynchronously."""
+        index, store = self.index, self.docstore
+        match request:
+            case EmbedQuery(query):
+                return await index.aembed_query(query)
+            case EmbedQueries(queries):
+                return await index.aembed_queries(queries)
+            case Search(vector, query, fetch, flt):
+                return await index.asearch(vector, query, fetch, flt)
+            case SearchMany(vectors, queries, fetch, flt):
+                return await index.asearch_many(vectors, queries, fetch, flt)
+            case Fetch(keys):
+                return await store.amget(keys)
+            case Put(pairs):
+                return await store.amset(pairs)
+            case Remove(keys):
+                return await store.amdelete(keys)
+            case AddLeaves(leaves):
+                return await index.aadd(leaves)
+            case RemoveLeaves(keys):
+                return await index.adelete(keys)
+            case ScanKeys():
+                return [key async for key in store.ayield_keys()]
+            case ListChildren(candidates):
+                return await index.alist_children(candidates)
+            case _:
+                raise _unknown(request)
+
+
+def _unknown(request: object) -> TypeError:
+    msg = f"The runner does not know the request {request!r}; it carries out none it can't name."
+    return TypeError(msg)
+
+
+def drive(op: Op[T], run: Callable[[Request[Any]], Any]) -> T:
+    """Run an operation to its end; a failed request's error is thrown into it."""
+    try:
+        request = next(op)
+        while True:
+            try:
+                answer = run(request)
+            except Exception as err:
+                request = op.throw(err)
+            else:
+                request = op.send(answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+async def adrive(op: Op[T], arun: Callable[[Request[Any]], Awaitable[Any]]) -> T:
+    """Async :func:`drive`."""
+    try:
+        request = next(op)
+        while True:
+            try:
+                answer = await arun(request)
+            except Exception as err:
+                request = op.throw(err)
+            else:
+                request = op.send(answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+class ReadWriteLock:
+    """Many readers or one writer, for threads and coroutines alike.
+
+    A waiting writer holds off new readers, so a stream of queries can not
+    starve an update. Coroutines wait by polling (``asyncio.sleep``), never in a
+    worker thread: a reader that holds the lock may itself need the default
+    executor (a sync-only store, the FAISS search) to finish. Not re-entrant.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    def acquire_read(self, *, blocking: bool = True) -> bool:
+        """Take a shared hold; ``False`` if ``blocking`` is off and it is busy."""
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                if not blocking:
+                    return False
+                self._cond.wait()
+            self._readers += 1
+            return True
+
+    def release_read(self) -> None:
+        """Give a shared hold back."""
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    def acquire_write(self, *, blocking: bool = True) -> bool:
+        """Take the exclusive hold; ``False`` if ``blocking`` is off and it is busy."""
+        with self._cond:
+            if not blocking and (self._writer or self._readers):
+                return False
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+            return True
+
+    def release_write(self) -> None:
+        """Give the exclusive hold back."""
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
+
+    @contextmanager
+    def hold(self, *, write: bool) -> Iterator[None]:
+        """``with lock.hold(write=...):`` in a thread."""
+        if write:
+            self.acquire_write()
+        else:
+            self.acquire_read()
+        try:
+            yield
+        finally:
+            self.release_write() if write else self.release_read()
+
+    @asynccontextmanager
+    async def ahold(self, *, write: bool) -> AsyncIterator[None]:
+        """``async with lock.ahold(write=...):`` in a coroutine."""
+        acquire = self.acquire_write if write else self.acquire_read
+        delay = 0.0005
+        while not acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        try:
+            yield
+        finally:
+            self.release_write() if write else self.release_read()
