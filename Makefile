@@ -3,6 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
+# the e5 engine's idle OpenMP threads would spin on a busy machine (README: the offline model)
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: help install test unit notebooks integration_tests lint format bench demo clean
 
