@@ -135,6 +135,116 @@ class TestAddAndReAdd:
         assert child_keys(r) == set()
 
 
+class Timeout(Exception):
+    """The embedding model timed out."""
+
+
+class FailingEmbedding(CountingEmbedding):
+    """Raises on ``embed_documents`` while ``fail`` is set."""
+
+    fail = False
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.fail:
+            raise Timeout
+        return super().embed_documents(texts)
+
+
+class FailingStore(InMemoryStore):
+    """Writes the first ``keep`` pairs of the next ``mset``, then raises."""
+
+    keep: int | None = None
+
+    def mset(self, key_value_pairs: Any) -> None:
+        pairs = list(key_value_pairs)
+        if self.keep is not None:
+            keep, self.keep = self.keep, None
+            super().mset(pairs[:keep])
+            raise OSError("disk full")
+        super().mset(pairs)
+
+
+class TestFailedUpdateKeepsTheOldVersion:
+    """Issue 11 C2: the old version was deleted before the new one was embedded."""
+
+    def test_failed_embedding_keeps_the_old_version(self) -> None:
+        emb = FailingEmbedding()
+        r = make(embedding=emb)
+        r.add_documents(corpus())
+        before = (doc_keys(r), child_keys(r))
+        query = "Sentence 1 of alpha tells about topic 1."
+        served = r.invoke(query, k=1)
+        emb.fail = True
+        changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        with pytest.raises(Timeout):
+            r.add_documents([changed, Document(text("delta", 1), id="delta")])
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.invoke(query, k=1) == served
+        assert served[0].metadata["source_id"] == "alpha"
+        assert r.verify().ok
+        emb.fail = False
+        assert r.add_documents([changed]).updated == ["alpha"]
+        assert "subject" in r.invoke(query, k=1)[0].page_content
+
+    @pytest.mark.parametrize("keep", [0, 3])
+    def test_docstore_failing_half_way_keeps_the_old_version(self, keep: int) -> None:
+        store = FailingStore()
+        r = make(docstore=store)
+        r.add_documents(corpus())
+        before = (doc_keys(r), child_keys(r))
+        query = "Sentence 1 of alpha tells about topic 1."
+        served = r.invoke(query, k=1)
+        store.keep = keep
+        changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        with pytest.raises(OSError, match="disk full"):
+            r.add_documents([changed])
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.invoke(query, k=1) == served
+        assert r.verify().ok
+
+    def test_child_index_failing_after_the_docstore_keeps_the_old_version(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        before = (doc_keys(r), child_keys(r))
+        index = r.vectorstore
+        assert isinstance(index, FaissIndex)
+
+        def crash(*args: Any, **kwargs: Any) -> list[str]:
+            raise RuntimeError("crash between the stores")
+
+        index.add_vectors = crash  # type: ignore[method-assign]
+        changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        with pytest.raises(RuntimeError, match="between the stores"):
+            r.add_documents([changed, Document(text("delta", 1), id="delta")])
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.verify().ok
+
+    def test_manifest_write_failing_half_way_restores_every_source(self) -> None:
+        store = FailingStore()
+        r = make(docstore=store)
+        r.add_documents(corpus()[:2])
+        before = (doc_keys(r), child_keys(r))
+        changed = [
+            Document(text("alpha", 2).replace("topic", "subject"), id="alpha"),
+            Document(text("gamma", 2), id="gamma"),
+        ]
+        calls = 0
+        original = store.mset
+
+        def on_manifests(pairs: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # nodes first, then the manifests: write one of two
+                store.keep = 1
+            original(pairs)
+
+        store.mset = on_manifests  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="disk full"):
+            r.add_documents(changed)
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.verify().ok
+
+
 class TestDelete:
     def test_delete_removes_from_both_stores(self) -> None:
         r = make()
@@ -197,7 +307,8 @@ class TestVerify:
     def test_interrupted_first_add_leaves_orphans_that_repair_removes(self) -> None:
         r = make()
         r.add_documents(corpus()[1:])
-        interrupted(r, [corpus()[0]], steps=3)  # nodes and leaves written, no manifest
+        # manifests read, leaves embedded, manifests read again, nodes and leaves written
+        interrupted(r, [corpus()[0]], steps=5)
         report = r.verify()
         assert not report.ok
         assert report.orphan_nodes
@@ -208,15 +319,21 @@ class TestVerify:
         assert r.verify().ok
         assert_exact(r, ["beta", "gamma"])
 
-    def test_interrupted_upsert_is_repaired(self) -> None:
+    def test_interrupted_upsert_keeps_the_old_version_and_is_repaired(self) -> None:
         r = make()
         r.add_documents(corpus())
-        longer = Document(text("alpha", 9), id="alpha")
-        interrupted(r, [longer], steps=5)  # old removed, new nodes written, no leaves
-        assert not r.verify().ok
+        old = r.invoke("Sentence 1 of alpha tells about topic 1.", k=1)
+        longer = Document(text("alpha", 9).replace("topic", "subject"), id="alpha")
+        interrupted(r, [longer], steps=4)  # the new generation's nodes written, no leaves
+        report = r.verify()
+        assert not report.ok
+        assert all(k.startswith("alpha.g1/") for k in report.orphan_nodes)
+        # the old version is still the one served, whole
+        assert r.invoke("Sentence 1 of alpha tells about topic 1.", k=1) == old
         r.verify(repair=True)
         assert r.verify().ok
-        assert r.add_documents([longer]).added == ["alpha"]
+        assert_exact(r, ["alpha", "beta", "gamma"])
+        assert r.add_documents([longer]).updated == ["alpha"]
         assert_exact(r, ["alpha", "beta", "gamma"])
 
     def test_lost_node_and_lost_vector_are_rebuilt_from_the_document(self) -> None:
