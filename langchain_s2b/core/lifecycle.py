@@ -90,18 +90,21 @@ def _splitter_description(level: Level) -> Any:
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_MAX_ITEMS = 64
 
 
 def describe_object(obj: Any, depth: int) -> Any:
     """A JSON-able description of ``obj``'s configuration, ``depth`` levels deep."""
     if obj is None or isinstance(obj, bool | int | float | str):
         return obj
+    if isinstance(obj, list | tuple | set | frozenset | dict) and (
+        depth <= 0 or len(obj) > _MAX_ITEMS
+    ):
+        return {"type": type(obj).__name__, "len": len(obj)}
     if isinstance(obj, list | tuple | set | frozenset):
-        items = [describe_object(x, depth - 1) for x in obj] if depth > 0 else ["..."]
+        items = [describe_object(x, depth - 1) for x in obj]
         return sorted(items, key=str) if isinstance(obj, set | frozenset) else items
     if isinstance(obj, dict):
-        if depth <= 0:
-            return "{...}"
         return {str(k): describe_object(v, depth - 1) for k, v in sorted(obj.items(), key=str)}
     if isinstance(obj, re.Pattern):
         return {"regex": obj.pattern, "flags": obj.flags}

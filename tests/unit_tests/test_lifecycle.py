@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from langchain_core.documents import Document
 from langchain_core.stores import InMemoryByteStore, InMemoryStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b import FaissIndex, Level, SmallToBigRetriever
 from langchain_s2b.core import lifecycle
 from langchain_s2b.core.ingest import manifest_keys
 from langchain_s2b.core.splitters import section_splitter, size_splitter
@@ -419,3 +420,81 @@ class TestOtherChildIndexes:
         assert (
             r.invoke("Sentence 1 of beta tells about topic 1.")[0].metadata["source_id"] == "beta"
         )
+
+
+SEPARATOR = {"value": ". "}
+
+
+def split_on_separator(text: str) -> list[str]:
+    """A callable splitter whose behaviour depends on a global, not on its code."""
+    return [part for part in text.split(SEPARATOR["value"]) if part]
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+class TestChangedSplitterIsAChange:
+    """Issue 11 C5: the fingerprint saw only the class name, chunk_size and chunk_overlap."""
+
+    def _re_add(self, first: Any, second: Any) -> lifecycle.IndexingResult:
+        store = InMemoryStore()
+        index = FaissIndex(BagOfWords())
+        doc = Document(text("alpha", 3), id="alpha")
+        a = SmallToBigRetriever(vectorstore=index, docstore=store, levels=[Level("child", first)])
+        a.add_documents([doc])
+        b = SmallToBigRetriever(vectorstore=index, docstore=store, levels=[Level("child", second)])
+        result = b.add_documents([doc])
+        assert b.verify().ok
+        return result
+
+    def test_characters_to_tokens_of_the_same_class(self) -> None:
+        chars = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        words = RecursiveCharacterTextSplitter(
+            chunk_size=100, chunk_overlap=0, length_function=count_words
+        )
+        assert self._re_add(chars, words).updated == ["alpha"]
+        assert fingerprint(chars) != fingerprint(words)
+
+    def test_two_callables(self) -> None:
+        def by_sentence(t: str) -> list[str]:
+            return t.split(". ")
+
+        def by_paragraph(t: str) -> list[str]:
+            return t.split("\n\n")
+
+        assert self._re_add(by_sentence, by_paragraph).updated == ["alpha"]
+        assert fingerprint(by_sentence) != fingerprint(by_paragraph)
+
+    def test_other_settings_of_a_text_splitter(self) -> None:
+        plain = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        other = RecursiveCharacterTextSplitter(
+            chunk_size=100, chunk_overlap=0, separators=["\n\n", "of"]
+        )
+        assert self._re_add(plain, other).updated == ["alpha"]
+
+    def test_a_change_the_description_can_not_see_is_found_by_re_splitting(self) -> None:
+        before = fingerprint(split_on_separator)
+        store, index = InMemoryStore(), FaissIndex(BagOfWords())
+        r = SmallToBigRetriever(
+            vectorstore=index, docstore=store, levels=[Level("child", split_on_separator)]
+        )
+        doc = Document(text("alpha", 3), id="alpha")
+        r.add_documents([doc])
+        SEPARATOR["value"] = "\n\n"
+        try:
+            assert fingerprint(split_on_separator) == before  # same code, same closure
+            assert r.add_documents([doc]).updated == ["alpha"]
+            assert r.add_documents([doc]).unchanged == ["alpha"]
+        finally:
+            SEPARATOR["value"] = ". "
+
+    def test_the_same_splitter_is_unchanged(self) -> None:
+        first = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        again = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        assert self._re_add(first, again).unchanged == ["alpha"]
+        assert fingerprint(first) == fingerprint(again)
+
+
+def fingerprint(splitter: Any) -> str:
+    return lifecycle.Config([Level("child", splitter)]).fingerprint()
