@@ -75,8 +75,7 @@ class Config:
         split changes.
         """
         described = [
-            {"level": level.name, "splitter": _splitter_description(level)}
-            for level in self.levels
+            {"level": level.name, "splitter": _splitter_description(level)} for level in self.levels
         ]
         text = json.dumps(described, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -250,8 +249,9 @@ def _next_generation(manifest: Document | None) -> int:
 
 
 def _same(manifest: Document | None, prepared: Prepared) -> bool:
-    return manifest is not None and manifest.metadata.get("digest") == (
-        prepared.manifest.metadata["digest"]
+    return (
+        manifest is not None
+        and manifest.metadata.get("digest") == (prepared.manifest.metadata["digest"])
     )
 
 
@@ -300,9 +300,16 @@ def _undo(todo: list[tuple[Write, Document | None]], step: int, err: Exception) 
             yield from ask(RemoveLeaves([str(d.id) for w, _ in todo for d in w.prepared.leaves]))
         yield from ask(Remove([key for w, _ in todo for key, _ in w.prepared.nodes]))
     except Exception as undo_err:
-        err.add_note(
-            f"Undoing the failed write failed too ({undo_err!r}); run verify(repair=True)."
-        )
+        _warn_undo(err, undo_err)
+
+
+def _warn_undo(err: Exception, undo_err: Exception) -> None:
+    warnings.warn(
+        f"A write failed ({err!r}) and undoing it failed too ({undo_err!r}); the stores "
+        "may disagree until verify(repair=True) runs.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _cleanup(old: list[Document]) -> Op[None]:
@@ -357,7 +364,7 @@ def remove_sources(manifests: list[Document]) -> Op[None]:
         try:
             yield from ask(Put(pairs))
         except Exception as undo_err:
-            err.add_note(f"Restoring the manifests failed too ({undo_err!r}).")
+            _warn_undo(err, undo_err)
         raise
     yield from _cleanup_nodes(manifests)
 

@@ -306,7 +306,7 @@ class TestWritersAndLocks:
         def save() -> None:
             try:
                 r.save(path)
-            except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            except BaseException as err:
                 errors.append(err)
 
         first = threading.Thread(target=save)

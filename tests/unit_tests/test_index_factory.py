@@ -161,7 +161,7 @@ class TestDeletionWorksForEveryIndexType:
             gone.update(batch)
         live = [i for i in range(n) if i not in gone]
         assert sorted(index.keys()) == sorted(f"k{i}" for i in live)
-        scores, rows = index.search_rows(vectors, n)
+        _, rows = index.search_rows(vectors, n)
         assert {int(r) for r in rows.ravel().tolist()} - {-1} == set(live)
         if "PQ" not in factory:  # lossless codes: each vector's nearest is itself
             assert [index.records([int(r[0])])[0][0] for r in rows[live]] == [  # type: ignore[index]
@@ -226,8 +226,9 @@ class TestVectorStoreContract:
 
     def test_duplicate_ids_in_one_add_keep_the_last(self, tmp_path: Path) -> None:
         index = FaissIndex(BagOfWords(16))
-        got = index.add_texts(["apple", "river", "engine"], [{"n": 1}, {"n": 2}, {"n": 3}],
-                              ids=["x", "y", "x"])
+        got = index.add_texts(
+            ["apple", "river", "engine"], [{"n": 1}, {"n": 2}, {"n": 3}], ids=["x", "y", "x"]
+        )
         assert got == ["x", "y", "x"]
         assert len(index) == 2
         assert sorted(index.keys()) == ["x", "y"]

@@ -136,7 +136,7 @@ class TestAddAndReAdd:
         assert child_keys(r) == set()
 
 
-class Timeout(Exception):
+class ModelTimeoutError(Exception):
     """The embedding model timed out."""
 
 
@@ -147,7 +147,7 @@ class FailingEmbedding(CountingEmbedding):
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if self.fail:
-            raise Timeout
+            raise ModelTimeoutError
         return super().embed_documents(texts)
 
 
@@ -177,7 +177,7 @@ class TestFailedUpdateKeepsTheOldVersion:
         served = r.invoke(query, k=1)
         emb.fail = True
         changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
-        with pytest.raises(Timeout):
+        with pytest.raises(ModelTimeoutError):
             r.add_documents([changed, Document(text("delta", 1), id="delta")])
         assert (doc_keys(r), child_keys(r)) == before
         assert r.invoke(query, k=1) == served

@@ -69,15 +69,15 @@ def _buckets_are_distinct() -> None:
 _buckets_are_distinct()
 
 
-class EmbeddingFault(Exception):
+class EmbeddingError(Exception):
     """The embedding model failed (a timeout)."""
 
 
-class StoreFault(OSError):
+class StoreError(OSError):
     """The docstore failed half-way through a batch."""
 
 
-class IndexFault(RuntimeError):
+class CrashError(RuntimeError):
     """The child index failed after the docstore had written (a crash between the stores)."""
 
 
@@ -91,7 +91,7 @@ class FaultyEmbedding(BagOfWords):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if self.armed:
             self.armed = False
-            raise EmbeddingFault
+            raise EmbeddingError
         return super().embed_documents(texts)
 
 
@@ -109,7 +109,7 @@ class FaultyStore(InMemoryStore):
         elif self.keep is not None:
             keep, self.keep = self.keep, None
             super().mset(pairs[: min(keep, max(len(pairs) - 1, 0))])
-            raise StoreFault("disk full")
+            raise StoreError("disk full")
         super().mset(pairs)
 
 
@@ -133,9 +133,7 @@ def texts(draw: st.DrawFn, marker: str) -> str:
 def batches(draw: st.DrawFn) -> list[tuple[str, str, dict[str, Any]]]:
     """One to three distinct sources, each with a text and metadata."""
     chosen = draw(st.lists(st.integers(0, len(SOURCES) - 1), min_size=1, max_size=3, unique=True))
-    return [
-        (SOURCES[i], draw(texts(MARKERS[i])), {"v": draw(st.integers(0, 2))}) for i in chosen
-    ]
+    return [(SOURCES[i], draw(texts(MARKERS[i])), {"v": draw(st.integers(0, 2))}) for i in chosen]
 
 
 FAULTS = st.sampled_from([None, None, "embedding", "docstore", "index"])
@@ -203,10 +201,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         elif fault == "index":
 
             def crash(*args: Any, **kwargs: Any) -> list[str]:
-                raise IndexFault("crash between the stores")
+                raise CrashError("crash between the stores")
 
             index.add_vectors = crash  # type: ignore[method-assign]
-        expected = {"embedding": EmbeddingFault, "docstore": StoreFault, "index": IndexFault}
+        expected = {"embedding": EmbeddingError, "docstore": StoreError, "index": CrashError}
         try:
             if fault is not None and changed:
                 with pytest.raises(expected[fault]):
