@@ -235,10 +235,63 @@ def split_spans(splitter: Splitter, text: str) -> list[tuple[int, int]]:
     if isinstance(splitter, SpanSplitter):
         raw = splitter.split_spans(text)
     elif isinstance(splitter, TextSplitter):
-        raw = locate_chunks(text, splitter.split_text(text))
+        raw = text_splitter_spans(splitter, text)
     else:
         raw = locate_chunks(text, splitter(text))
     return tile(raw, len(text))
+
+
+_MARKS = [(0xF0000, 0xFFFFE), (0x100000, 0x10FFFE)]
+"""Unicode's supplementary private-use planes: one mark per character of a text."""
+_N_MARKS = sum(hi - lo for lo, hi in _MARKS)
+
+
+def _mark(i: int) -> str:
+    i %= _N_MARKS
+    lo, hi = _MARKS[0]
+    return chr(lo + i) if i < hi - lo else chr(_MARKS[1][0] + i - (hi - lo))
+
+
+def text_splitter_spans(splitter: TextSplitter, text: str) -> list[tuple[int, int]]:
+    """The spans a LangChain ``TextSplitter`` cut (empty chunks left out).
+
+    LangChain's character splitters cut by their separators and by length
+    alone, so running one on a copy of the text in which every other
+    character is replaced by a mark of its own gives chunks that occur once
+    each: their places are the splitter's own cuts, also where the text
+    repeats and chunks overlap. The result is used only when those places hold
+    exactly the chunks the splitter returns for the real text; otherwise (a
+    splitter that reads the characters) :func:`locate_chunks` places them.
+    """
+    chunks = [chunk for chunk in splitter.split_text(text) if chunk]
+    keep = _separator_chars(splitter)
+    if keep is not None:
+        marked = "".join(c if c.isspace() or c in keep else _mark(i) for i, c in enumerate(text))
+        spans: list[tuple[int, int]] = []
+        start = 0
+        for chunk in splitter.split_text(marked):
+            if not chunk:
+                continue
+            start = marked.find(chunk, start)
+            if start < 0:
+                break
+            spans.append((start, start + len(chunk)))
+        if [text[a:b] for a, b in spans] == chunks:
+            return spans
+    return locate_chunks(text, chunks)
+
+
+def _separator_chars(splitter: TextSplitter) -> set[str] | None:
+    """The characters a character splitter's plain (non-regex) separators use, else ``None``."""
+    if getattr(splitter, "_is_separator_regex", True):
+        return None
+    separators = getattr(splitter, "_separators", None)
+    if separators is None:
+        separator = getattr(splitter, "_separator", None)
+        separators = None if separator is None else [separator]
+    if not isinstance(separators, list) or not all(isinstance(s, str) for s in separators):
+        return None
+    return set("".join(separators))
 
 
 def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
