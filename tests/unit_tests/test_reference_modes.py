@@ -17,12 +17,13 @@ from __future__ import annotations
 import re
 import warnings
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import faiss
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.documents import Document
@@ -62,23 +63,39 @@ class TopicEmbedding(Embeddings):
         return self._vector(text, 0.0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_faiss_thread() -> Iterator[None]:
+    """Training a tiny IVF/PQ index on many OpenMP threads costs more than the whole test."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
+
+
 # Corpora ----------------------------------------------------------------------------
 
-sentences = st.lists(st.sampled_from(TOPICS + FILLER), min_size=1, max_size=4).map(
-    lambda words: " ".join(words) + "."
-)
+WORDS = TOPICS + FILLER
 
 
 @st.composite
 def source_text(draw: st.DrawFn) -> str:
     """Sections of paragraphs of sentences, drawn from small pools so that text repeats."""
-    if draw(st.integers(0, 9)) == 0:
-        return draw(st.sampled_from(["", "   ", "\n\n"]))
-    pool = draw(st.lists(sentences, min_size=1, max_size=4))
-    paragraphs = st.lists(st.sampled_from(pool), min_size=1, max_size=4).map(" ".join)
-    para_pool = draw(st.lists(paragraphs, min_size=1, max_size=3))
-    sections = st.lists(st.sampled_from(para_pool), min_size=1, max_size=3).map("\n\n".join)
-    return "\n\n\n\n".join(draw(st.lists(sections, min_size=1, max_size=3)))
+    shape = draw(st.lists(st.integers(0, 2**16 - 1), min_size=4, max_size=4))
+    if shape[0] % 10 == 0:
+        return ["", "   ", "\n\n"][shape[1] % 3]
+    seed = iter(draw(st.lists(st.integers(0, len(WORDS) - 1), min_size=12, max_size=12)))
+    pool = [
+        " ".join(WORDS[next(seed)] for _ in range(1 + i % 3)) + "." for i in range(1 + shape[1] % 4)
+    ]
+    paras = [
+        " ".join(pool[(shape[2] >> j) % len(pool)] for j in range(1 + (shape[2] + i) % 4))
+        for i in range(1 + shape[3] % 3)
+    ]
+    sections = [
+        "\n\n".join(paras[(shape[3] >> j) % len(paras)] for j in range(1 + (shape[1] + i) % 3))
+        for i in range(1 + shape[0] % 3)
+    ]
+    return "\n\n\n\n".join(sections)
 
 
 SOURCE_IDS = ["s0", "s/1", "é 2", "東京-3"]
@@ -161,7 +178,7 @@ def make_index(kind: str, train_size: int) -> VectorStore:
     if kind == "hnsw":
         return FaissIndex(emb, "HNSW32")
     if kind == "pq":
-        return FaissIndex(emb, "PQ4x4", train_size=max(train_size, 16))
+        return FaissIndex(emb, "PQ4x4np", train_size=max(train_size, 16))
     if kind == "inmemory":
         return InMemoryVectorStore(emb)
     dim = len(TOPICS) + 1
