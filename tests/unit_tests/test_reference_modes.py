@@ -24,7 +24,7 @@ from typing import Any
 import faiss
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -226,7 +226,7 @@ def options(draw: st.DrawFn) -> dict[str, Any]:
         "window_before": before,
         "window_after": after,
         "coalesce": draw(st.booleans()),
-        "max_tokens": draw(st.one_of(st.none(), st.integers(1, 120))),
+        "max_tokens": draw(st.one_of(st.none(), st.integers(1, 40), st.integers(40, 300))),
         "margin": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3, 1.0])),
     }
 
@@ -235,6 +235,12 @@ queries = st.lists(st.sampled_from(TOPICS), min_size=1, max_size=3).map(" ".join
 
 
 # The comparison ---------------------------------------------------------------------
+
+
+def keep_any(case: Case) -> bool:
+    """Whether the case's filter lets any non-blank source through."""
+    keep = FILTERS[case.filter_no][1]
+    return any(text.strip() and keep(meta) for _, text, meta in case.docs)
 
 
 @dataclass
@@ -297,6 +303,16 @@ def run(case: Case) -> None:
         margin=o["margin"],
     )
     want = ref.retrieve(case.mode, oracle, settings)
+    event(f"index: {case.index}")
+    event(f"results: {min(len(want), 3)}{'+' if len(want) >= 3 else ''}")
+    event(f"k windows/parents/contexts filled: {len(want) >= case.opts['k']}")
+    if any(d.metadata.get("truncated") for d in want):
+        event("a result clipped by max_tokens")
+    if case.mode == "multilevel" and len({d.metadata["context"] for d in want}) < len(want):
+        event("a context in several parts")
+    if not want:
+        reason = "the filter matches nothing" if not any(map(keep_any, [case])) else "other"
+        event(f"no results: {reason}")
     assert got == want
 
 
@@ -336,7 +352,7 @@ def cases(draw: st.DrawFn, mode: str) -> Case:
         draw(st.integers(8, 24)),
         draw(queries),
         draw(options()),
-        draw(st.integers(0, len(FILTERS) - 1)),
+        draw(st.one_of(st.just(0), st.integers(0, len(FILTERS) - 1))),
     )
 
 
