@@ -14,6 +14,7 @@ the children the index actually returned for each search (recorded by wrapping
 
 from __future__ import annotations
 
+import asyncio
 import re
 import warnings
 from collections import defaultdict
@@ -314,6 +315,10 @@ def run(case: Case) -> None:
         reason = "the filter matches nothing" if not any(map(keep_any, [case])) else "other"
         event(f"no results: {reason}")
     assert got == want
+    # The async path and a batch (one matrix search for FaissIndex) give the same answer.
+    options = {"filter": flt, **case.opts}
+    assert asyncio.run(retriever.ainvoke(case.query, **options)) == want
+    assert retriever.batch([case.query, case.query], **options) == [want, want]
 
 
 def record_searches(
