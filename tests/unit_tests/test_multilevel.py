@@ -165,6 +165,25 @@ class TestBudgetLadder:
         ]
         assert "truncated" not in docs[1].metadata
 
+    def test_a_clip_too_small_for_its_hit_gives_its_share_back(self) -> None:
+        """Before, every clip was sized for the best hit overall (at most 3 clips), so the
+        walrus paragraph's clip could not hold its own hit and came back empty: a 100-token
+        budget gave a 33-token clip of the zebra paragraph and a heading."""
+        walrus = "Walrus " + " ".join(f"word{i}" for i in range(40)) + "."  # 68 tokens
+        a = f"Zebra zebra stripes. {self.FILL}"
+        b = f"{self.FILL[:200]} {walrus} {self.FILL[:200]}"
+        text = f"# Alpha\n\n{a}\n\n# Beta\n\n{b}\n"
+        retriever = SmallToBigRetriever.from_documents(
+            [Document(page_content=text, id="t")], BagOfWords(), mode="multilevel"
+        )
+        docs = retriever.invoke("zebra walrus", k=1, margin=1.0, max_tokens=100)
+        # Two clips would get 50 tokens each, too few for the walrus sentence: that weaker
+        # paragraph is dropped and the zebra paragraph gets the whole budget (400 chars).
+        (doc,) = docs
+        start = text.index("Zebra zebra")
+        assert (doc.metadata["start"], doc.metadata["end"]) == (start, start + 400)
+        assert [m["split_id"] for m in doc.metadata["matches"]] == [1]
+
 
 class Recorder(BaseCallbackHandler):
     def __init__(self) -> None:
