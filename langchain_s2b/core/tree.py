@@ -263,6 +263,8 @@ def text_splitter_spans(splitter: TextSplitter, text: str) -> list[tuple[int, in
     exactly the chunks the splitter returns for the real text; otherwise (a
     splitter that reads the characters) :func:`locate_chunks` places them.
     """
+    if isinstance(splitter, SpanSplitter):
+        return [(a, b) for a, b in splitter.split_spans(text) if b > a]
     chunks = [chunk for chunk in splitter.split_text(text) if chunk]
     keep = _separator_chars(splitter)
     if keep is not None:
