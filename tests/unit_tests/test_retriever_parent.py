@@ -191,6 +191,8 @@ class TestIngestion:
 
     def test_missing_parent_raises_or_skips(self, caplog: pytest.LogCaptureFixture) -> None:
         retriever = _retriever()
+        before = retriever.invoke("apple tree", k=3)
+        assert "fruit/parent/0" in [d.id for d in before]
         retriever.docstore.mdelete(["fruit/parent/0"])
         with pytest.raises(LookupError, match="not in the parent store"):
             retriever.invoke("apple tree", k=3)
@@ -199,7 +201,8 @@ class TestIngestion:
         )
         with caplog.at_level(logging.WARNING, logger="langchain_s2b"):
             docs = skipping.invoke("apple tree", k=3)
-        assert "fruit/parent/0" not in [d.id for d in docs]
+        # The k results were chosen before the fetch; the missing one is skipped, not refilled.
+        assert docs == [d for d in before if d.id != "fruit/parent/0"]
         assert "Skipped 1 result" in caplog.text
 
 
