@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from langchain_text_splitters import TextSplitter
 
+from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens
 from langchain_s2b.core.keys import check_level_name, node_key
 
 DOC_LEVEL = "doc"
@@ -340,12 +341,12 @@ def check_levels(levels: Sequence[Level]) -> list[Level]:
         msg = f"Level names must be distinct; got {names}."
         raise ValueError(msg)
     for finer, coarser in itertools.pairwise(levels):
-        small = getattr(finer.splitter, "_chunk_size", None)
-        big = getattr(coarser.splitter, "_chunk_size", None)
+        small, big = size_in_chars(finer.splitter), size_in_chars(coarser.splitter)
         if small is not None and big is not None and small > big:
             msg = (
-                f"The {finer.name!r} splitter's chunk_size ({small}) is larger than the "
-                f"{coarser.name!r} splitter's ({big}); children must be smaller than parents."
+                f"The {finer.name!r} splitter's chunks ({_describe_size(finer.splitter)}) are "
+                f"larger than the {coarser.name!r} splitter's ({_describe_size(coarser.splitter)});"
+                " children must be smaller than parents."
             )
             raise ValueError(msg)
     return list(levels)
@@ -354,3 +355,28 @@ def check_levels(levels: Sequence[Level]) -> list[Level]:
 def user_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     """A node's metadata without the fields ingestion added."""
     return {k: v for k, v in metadata.items() if k not in NODE_FIELDS}
+
+
+def size_in_chars(splitter: Splitter) -> int | None:
+    """A ``TextSplitter``'s chunk size in characters, when its unit is known.
+
+    Sizes counted by ``len`` are characters; sizes counted by
+    :func:`~langchain_s2b.core.budget.estimate_tokens` are tokens of
+    ``CHARS_PER_TOKEN`` characters. Any other length function (a tokenizer)
+    has no fixed ratio, so the size can not be compared: ``None``.
+    """
+    size = getattr(splitter, "_chunk_size", None)
+    length = getattr(splitter, "_length_function", None)
+    if not isinstance(size, int):
+        return None
+    if length is len:
+        return size
+    if length is estimate_tokens:
+        return size * CHARS_PER_TOKEN
+    return None
+
+
+def _describe_size(splitter: Splitter) -> str:
+    size = getattr(splitter, "_chunk_size", None)
+    unit = "characters" if getattr(splitter, "_length_function", None) is len else "tokens"
+    return f"chunk_size={size} {unit}"
