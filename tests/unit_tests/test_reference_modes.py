@@ -204,6 +204,14 @@ def all_scores(store: VectorStore, vector: list[float]) -> list[tuple[dict[str, 
     return [(doc.metadata, float(fn(score))) for doc, score in pairs]
 
 
+def exact_score(index: str, query: list[float], node: ref.Node) -> float:
+    """The child's cosine similarity, as the index reports it (L2 FAISS: ``1 - d / sqrt 2``)."""
+    text = node.source.text[node.start : node.end]
+    q, d = np.asarray(query), np.asarray(TopicEmbedding().embed_documents([text])[0])
+    cos = float(q @ d / (np.linalg.norm(q) * np.linalg.norm(d)))
+    return 1.0 - (2.0 - 2.0 * cos) / np.sqrt(2.0) if index == "community" else cos
+
+
 def key_of(meta: dict[str, Any]) -> str:
     return node_key(meta["source_key"], meta["level"], int(meta["split_id"]))
 
@@ -286,6 +294,9 @@ def run(case: Case) -> None:
         assert sorted(h.node.key for h in every) == sorted(
             k for k, n in nodes.items() if keep(n.source.metadata)
         )
+
+        for hit in every:  # the index is exact: its scores are the cosines (or their transform)
+            assert hit.score == pytest.approx(exact_score(case.index, vector, hit.node), abs=1e-5)
 
         def oracle(fetch: int) -> list[ref.Hit]:
             return every
