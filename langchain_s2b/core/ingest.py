@@ -96,6 +96,7 @@ def identify(
         if given is not None and (not isinstance(given, str) or not given):
             msg = f"ids[{i}] must be a non-empty string; got {given!r}."
             raise ValueError(msg)
+        _check_json_metadata(doc, i)
         sid = source_id_of(doc, given, fields)
         if sid in seen:
             msg = f"Source id {sid!r} appears twice in one call; each source must be unique."
@@ -103,6 +104,19 @@ def identify(
         seen.add(sid)
         sources.append(Source(sid, encode_source_key(sid), doc, digest(doc, config)))
     return sources
+
+
+def _check_json_metadata(doc: Document, position: int) -> None:
+    """Metadata must be plain JSON: it is stored on every node and saved without pickle."""
+    try:
+        json.dumps(doc.metadata, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        name = f"id={doc.id!r}" if doc.id else f"#{position} ({doc.page_content[:30]!r})"
+        msg = (
+            f"Document {name} has metadata that is not JSON-serialisable ({err}); use str, int, "
+            "float, bool, None, and lists and dicts of them (e.g. a date as an ISO string)."
+        )
+        raise ValueError(msg) from None
 
 
 def digest(doc: Document, config: str) -> str:

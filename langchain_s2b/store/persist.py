@@ -165,10 +165,16 @@ def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> 
         nodes = write_nodes(store, temp / NODES_FILE)
         files[NODES_FILE] = fsync_and_hash(temp / NODES_FILE)
     levels = saved.levels
+    embedding = index.embeddings
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "embedding": {"class": class_name(index.embeddings), "dim": vectors.get("dim")},
+        "embedding": {
+            "class": class_name(embedding),
+            "model": None if embedding is None else model_name(embedding),
+            "dim": vectors.get("dim"),
+            "probe": _probe(embedding) if embedding is not None and vectors.get("dim") else None,
+        },
         "vectorstore": vectors,
         "docstore": {"kind": kind, "class": class_name(store), "saved": include, "count": nodes},
         "retriever": saved.options,
@@ -197,6 +203,7 @@ def load(
     dim = meta["embedding"]["dim"]
     if dim is not None:
         check_dimension(embedding, dim, meta["embedding"]["class"])
+        _warn_if_other_model(embedding, meta["embedding"])
     vectorstore = _load_vectors(snap, meta, embedding, vectorstore)
     store = restore_docstore(snap / NODES_FILE, meta["docstore"], docstore, byte_store)
     levels = _load_levels(meta, splitters or {})
@@ -226,9 +233,48 @@ def current_snapshot(root: Path) -> Path:
     return root / name
 
 
+PROBE_TEXT = "dimension check"
+"""Embedded at save and at load: the same model gives the same vector."""
+_MODEL_ATTRIBUTES = ("model", "model_name", "model_id", "deployment")
+
+
+def model_name(embedding: Embeddings) -> str | None:
+    """The model an embedding object names (``model``, ``model_name`` ...), if any."""
+    for attr in _MODEL_ATTRIBUTES:
+        value = getattr(embedding, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _probe(embedding: Embeddings) -> list[float]:
+    return [round(float(x), 6) for x in embedding.embed_query(PROBE_TEXT)]
+
+
+def _warn_if_other_model(embedding: Embeddings, saved: Mapping[str, Any]) -> None:
+    """Warn when the model passed to load() embeds differently from the saved one."""
+    probe = saved.get("probe")
+    if not isinstance(probe, list) or not all(isinstance(x, int | float) for x in probe):
+        return
+    now = _probe(embedding)
+    dot = sum(a * b for a, b in zip(probe, now, strict=False))
+    norms = (sum(a * a for a in probe) * sum(b * b for b in now)) ** 0.5
+    if len(now) == len(probe) and norms and dot / norms >= 0.999:
+        return
+    was = saved.get("model") or saved.get("class")
+    given = model_name(embedding) or class_name(embedding)
+    warnings.warn(
+        f"The embedding passed to load() ({given}) embeds text differently from the one "
+        f"this index was built with ({was}); queries will not match the stored vectors. "
+        "Pass the model the index was built with.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 def check_dimension(embedding: Embeddings, dim: int, saved_class: str) -> None:
     """Refuse an embedding whose vectors do not have ``dim`` numbers."""
-    got = len(embedding.embed_query("dimension check"))
+    got = len(embedding.embed_query(PROBE_TEXT))
     if got != dim:
         msg = (
             f"This index was built with {dim}-dimensional embeddings ({saved_class}); "
