@@ -165,9 +165,7 @@ class TestDeletionWorksForEveryIndexType:
             assert {int(r) for r in rows.ravel().tolist()} - {-1} == set(live)
             if "PQ" not in factory:  # lossless codes: each vector's nearest is itself
                 nearest = [index.records([int(r[0])])[0] for r in rows[live]]
-                assert [found[0] if found else None for found in nearest] == [
-                    f"k{i}" for i in live
-                ]
+                assert [found[0] if found else None for found in nearest] == [f"k{i}" for i in live]
         assert index.get_by_ids(["k0", "k3"]) == [
             Document(page_content="k3", metadata={"i": 3}, id="k3")
         ]
