@@ -498,3 +498,39 @@ class TestChangedSplitterIsAChange:
 
 def fingerprint(splitter: Any) -> str:
     return lifecycle.Config([Level("child", splitter)]).fingerprint()
+
+
+class TestStageThenCommit:
+    """The embedding runs outside the write lock; the commit re-reads the manifests."""
+
+    def test_a_write_in_between_is_built_upon(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        config = r._lifecycle_config()
+        v2 = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        staged = r._io.drive(lifecycle.stage(config, [v2], None), locked=False)
+        r.add_documents([Document(text("alpha", 4), id="alpha")])  # another writer, meanwhile
+        result = r._io.drive(lifecycle.commit(config, staged), write=True)
+        assert result.updated == ["alpha"]
+        assert r.verify().ok
+        assert_exact(r, ["alpha", "beta", "gamma"])
+        (manifest,) = r.docstore.mget(["alpha/manifest"])
+        assert manifest is not None
+        assert manifest.metadata["generation"] == 2
+        hit = r.invoke("Sentence 1 of alpha tells about subject 1.", k=1)[0]
+        assert "subject" in hit.page_content
+        assert r.add_documents([v2]).unchanged == ["alpha"]
+
+    def test_the_same_write_in_between_makes_the_commit_a_no_op(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        config = r._lifecycle_config()
+        v2 = Document(text("alpha", 2), id="alpha")
+        staged = r._io.drive(lifecycle.stage(config, [v2], None), locked=False)
+        r.add_documents([v2])
+        before = (doc_keys(r), child_keys(r))
+        result = r._io.drive(lifecycle.commit(config, staged), write=True)
+        assert result.unchanged == ["alpha"]
+        assert result.updated == []
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.verify().ok
