@@ -1,6 +1,9 @@
 """The adapter over any child ``VectorStore``: embed, search for hits, add, delete, list.
 
-``FaissIndex`` takes a fast path (raw FAISS rows, no ``Document`` objects).
+``FaissIndex`` takes a fast path (raw FAISS rows, no ``Document`` objects):
+each row's hit fields are read from its metadata once and kept, and a
+metadata filter selects the rows before the one search (see
+:meth:`FaissIndex.matching_rows`).
 Any other store is searched by vector when it offers
 ``similarity_search_with_score_by_vector`` (scores turned into relevance,
 higher is better, by the store's own rule), else by
@@ -76,9 +79,16 @@ class ChildIndex:
 
     @staticmethod
     def _search_faiss(index: FaissIndex, vector: list[float], fetch: int, flt: Any) -> Found:
-        """FAISS has no metadata: post-filter, searching deeper until enough children pass."""
+        """Pre-filter the rows and search once; else post-filter, searching deeper as needed."""
         check_filter(flt)
         query = np.asarray([vector], dtype=np.float32)
+        if flt is not None:
+            allowed = index.matching_rows(flt)
+            found = None if allowed is None else index.search_among(query, fetch + 1, allowed)
+            if found is not None:
+                scores, rows, _ = found  # fewer than fetch + 1 back: no more can be reached
+                hits, _ = _faiss_hits(index, scores[0], rows[0], None, fetch + 1)
+                return settle(hits, fetch)
         depth = fetch + 1
         while True:
             scores, rows = index.search_rows(query, depth)
@@ -144,6 +154,8 @@ class ChildIndex:
     ) -> list[Found]:
         """One matrix search; a query whose filter needs a deeper search gets its own."""
         check_filter(flt)
+        if flt is not None and index.matching_rows(flt) is not None:
+            return [cls._search_faiss(index, vector.tolist(), fetch, flt) for vector in matrix]
         scores, rows = index.search_rows(matrix, fetch + 1)
         found = []
         for vector, row_scores, row_ids in zip(matrix, scores, rows, strict=True):
@@ -310,15 +322,34 @@ def _faiss_hits(
     fewer than ``depth`` slots (an IVF index probes only some lists, so going
     deeper would find nothing new).
     """
+    rows_list = rows.tolist()
+    filled = len(rows_list) - rows_list.count(-1)
+    if flt is None:
+        hits = [
+            Hit(*head, score, *tail)
+            for score, found in zip(
+                scores.tolist(), index.parsed(rows_list, _hit_fields), strict=True
+            )
+            if found is not None
+            for head, tail in (found,)
+        ]
+        return hits, filled < depth
     hits = []
-    filled = 0
-    for score, row, found in zip(
-        scores.tolist(), rows.tolist(), index.records(rows.tolist()), strict=True
-    ):
-        filled += row >= 0
-        if found is not None and (flt is None or matches_filter(found[2], flt)):
+    for score, found in zip(scores.tolist(), index.records(rows_list), strict=True):
+        if found is not None and matches_filter(found[2], flt):
             hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
     return hits, filled < depth
+
+
+def _hit_fields(
+    key: str, text: str, meta: dict[str, Any]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A row's hit fields before and after its score (read once per row, then cached)."""
+    hit = hit_from_metadata(meta, text, 0.0, key)
+    return (
+        (hit.key, hit.source_key, hit.source_id, hit.level, hit.split_id, hit.start, hit.end),
+        (hit.text, hit.parent_key, hit.ancestors, hit.n_splits),
+    )
 
 
 def settle(hits: list[Hit], fetch: int) -> Found:
