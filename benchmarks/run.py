@@ -40,7 +40,13 @@ import faiss
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# --code DIR: measure the langchain_s2b of another checkout (a baseline) with this script
+sys.path.insert(
+    0,
+    str(Path(sys.argv[sys.argv.index("--code") + 1]).resolve())
+    if "--code" in sys.argv[:-1]
+    else str(Path(__file__).resolve().parents[1]),
+)
 
 from corpus import CachedQueryEmbedding, HashEmbedding, Synthesiser, load_questions
 

@@ -207,18 +207,23 @@ class ChildIndex:
         return self.faiss is not None or callable(getattr(self.vectorstore, "add_embeddings", None))
 
     def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:
-        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add)."""
+        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add).
+
+        The model's vectors are converted to float32 once, here: the rows
+        returned are views of one matrix, which :meth:`add` stacks again
+        without going through Python floats.
+        """
         emb = self.embeddings
         if emb is None or not self._takes_vectors():
             return None
-        return [list(v) for v in emb.embed_documents(texts)]
+        return _rows(emb.embed_documents(texts), len(texts))
 
     async def aembed_leaves(self, texts: list[str]) -> list[list[float]] | None:
         """Async :meth:`embed_leaves`."""
         emb = self.embeddings
         if emb is None or not self._takes_vectors():
             return None
-        return [list(v) for v in await emb.aembed_documents(texts)]
+        return _rows(await emb.aembed_documents(texts), len(texts))
 
     def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Index leaves under their ids (the node keys), with their vectors when given."""
@@ -229,10 +234,14 @@ class ChildIndex:
             self.vectorstore.add_documents(leaves, ids=ids)
         elif self.faiss is not None:
             texts = [d.page_content for d in leaves]
-            self.faiss.add_vectors(np.asarray(vectors), texts, [d.metadata for d in leaves], ids)
+            matrix = np.asarray(vectors, dtype=np.float32)
+            self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
         else:
             store: Any = self.vectorstore
-            pairs = [(d.page_content, v) for d, v in zip(leaves, vectors, strict=True)]
+            pairs = [
+                (d.page_content, np.asarray(v, dtype=float).tolist())
+                for d, v in zip(leaves, vectors, strict=True)
+            ]
             store.add_embeddings(pairs, [d.metadata for d in leaves], ids=ids)
 
     async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
@@ -298,6 +307,21 @@ class ChildIndex:
         except NotImplementedError:
             return None, False
         return {str(doc.id) for doc in found}, False
+
+
+def _rows(vectors: Any, n: int) -> list[list[float]]:
+    """The model's vectors as the rows of one float32 matrix (one conversion)."""
+    if len(vectors) != n:
+        msg = f"The embedding returned {len(vectors)} vectors for {n} texts."
+        raise ValueError(msg)
+    try:
+        matrix = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError):
+        matrix = np.empty(0)
+    if matrix.ndim != 2:
+        msg = f"The embedding returned {n} vectors that are not numbers of one length each."
+        raise ValueError(msg)
+    return list(matrix)
 
 
 def _listable(store: Any) -> set[str] | None:

@@ -224,10 +224,11 @@ class FaissIndex(VectorStore):
         and metadata (as if the calls were made one after the other).
         """
         matrix = np.asarray(vectors, dtype=np.float32)
-        if matrix.ndim != 2 or len(matrix) != len(ids) or len(texts) != len(ids):
+        n = len(ids)
+        if matrix.ndim != 2 or len(matrix) != n or len(texts) != n or len(metadatas) != n:
             msg = (
-                f"Expected {len(ids)} vectors as a 2-D array and {len(ids)} texts; got "
-                f"shape {matrix.shape} and {len(texts)} texts."
+                f"Expected {n} vectors as a 2-D array, {n} texts and {n} metadata dicts; got "
+                f"shape {matrix.shape}, {len(texts)} texts and {len(metadatas)} metadata dicts."
             )
             raise ValueError(msg)
         last = {key: i for i, key in enumerate(ids)}
@@ -249,22 +250,11 @@ class FaissIndex(VectorStore):
             rows = np.arange(self._next_id, self._next_id + len(ids), dtype=np.int64)
             self._next_id += len(ids)
             self._active().add_with_ids(normalise(matrix), rows)
-            records = self._records
-            keys = self._keys
-            sources = self._sources
-            for row, key, text, meta in zip(rows.tolist(), ids, texts, metadatas, strict=True):
-                known[key] = row
-                keys[row] = key
-                records[row] = (text, meta)
-                source = meta.get("source_key")
-                if isinstance(source, str):
-                    members = sources.get(source)
-                    if members is None:
-                        sources[source] = {row}
-                    else:
-                        members.add(row)
-                else:
-                    self._loose.add(row)
+            row_list = rows.tolist()
+            known.update(zip(ids, row_list, strict=True))
+            self._keys.update(zip(row_list, ids, strict=True))
+            self._records.update(zip(row_list, zip(texts, metadatas, strict=True), strict=True))
+            self._group_by_source(row_list, metadatas)
             self._version += 1
             if self._staging is not None and self._staging.ntotal >= self._wanted_training():
                 self._unstage()
@@ -309,6 +299,21 @@ class FaissIndex(VectorStore):
             if len(self._dead) >= max(64, len(self._ids) // 4):
                 self._compact()
         return True
+
+    def _group_by_source(self, rows: list[int], metadatas: Sequence[dict[str, Any]]) -> None:
+        """Note each row under its ``source_key`` (runs of one source added at once)."""
+        sources = self._sources
+        current: str | None = None
+        members: set[int] = self._loose
+        for row, meta in zip(rows, metadatas, strict=True):
+            source = meta.get("source_key")
+            if source != current:
+                current = source
+                if isinstance(source, str):
+                    members = sources.setdefault(source, set())
+                else:
+                    current, members = None, self._loose
+            members.add(row)
 
     def _forget_source(self, row: int, meta: dict[str, Any]) -> None:
         source = meta.get("source_key")
@@ -596,11 +601,7 @@ class FaissIndex(VectorStore):
             store._ids[key] = row
             store._keys[row] = key
             store._records[row] = (text, meta)
-            source = meta.get("source_key")
-            if isinstance(source, str):
-                store._sources.setdefault(source, set()).add(row)
-            else:
-                store._loose.add(row)
+        store._group_by_source([r[0] for r in records], [r[3] for r in records])
         return store
 
 
