@@ -13,6 +13,7 @@ higher is better, by the store's own rule), else by
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -315,9 +316,16 @@ def _rows(vectors: Any, n: int) -> list[list[float]]:
         msg = f"The embedding returned {len(vectors)} vectors for {n} texts."
         raise ValueError(msg)
     try:
-        matrix = np.asarray(vectors, dtype=np.float32)
+        dim = len(vectors[0]) if n and isinstance(vectors, list) else -1
+        matrix: np.ndarray
+        if dim > 0 and all(isinstance(v, list) and len(v) == dim for v in vectors):
+            # lists of floats (LangChain's interface): one pass, no shape discovery
+            flat = itertools.chain.from_iterable(vectors)
+            matrix = np.fromiter(flat, dtype=np.float32, count=n * dim).reshape(n, dim)
+        else:
+            matrix = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError):
-        matrix = np.empty(0)
+        matrix = np.empty((0,), dtype=np.float32)
     if matrix.ndim != 2:
         msg = f"The embedding returned {n} vectors that are not numbers of one length each."
         raise ValueError(msg)
@@ -349,14 +357,25 @@ def _faiss_hits(
     rows_list = rows.tolist()
     filled = len(rows_list) - rows_list.count(-1)
     if flt is None:
-        hits = [
-            Hit(*head, score, *tail)
-            for score, found in zip(
-                scores.tolist(), index.parsed(rows_list, _hit_fields), strict=True
-            )
-            if found is not None
-            for head, tail in (found,)
-        ]
+        hits = []
+        for score, t in zip(scores.tolist(), index.parsed(rows_list, _hit_template), strict=True):
+            if t is not None:
+                hits.append(
+                    Hit(
+                        t.key,
+                        t.source_key,
+                        t.source_id,
+                        t.level,
+                        t.split_id,
+                        t.start,
+                        t.end,
+                        score,
+                        t.text,
+                        t.parent_key,
+                        t.ancestors,
+                        t.n_splits,
+                    )
+                )
         return hits, filled < depth
     hits = []
     for score, found in zip(scores.tolist(), index.records(rows_list), strict=True):
@@ -365,15 +384,9 @@ def _faiss_hits(
     return hits, filled < depth
 
 
-def _hit_fields(
-    key: str, text: str, meta: dict[str, Any]
-) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """A row's hit fields before and after its score (read once per row, then cached)."""
-    hit = hit_from_metadata(meta, text, 0.0, key)
-    return (
-        (hit.key, hit.source_key, hit.source_id, hit.level, hit.split_id, hit.start, hit.end),
-        (hit.text, hit.parent_key, hit.ancestors, hit.n_splits),
-    )
+def _hit_template(key: str, text: str, meta: dict[str, Any]) -> Hit:
+    """A row's hit with score 0 (read from its metadata once per row, then cached)."""
+    return hit_from_metadata(meta, text, 0.0, key)
 
 
 def settle(hits: list[Hit], fetch: int) -> Found:

