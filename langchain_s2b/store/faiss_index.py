@@ -57,6 +57,8 @@ _SOURCE_FIELDS = NODE_FIELDS - {"source_id", "source_key"}
 _EXACT_SUBSET = 4096
 """Up to this many matching rows, a filtered search scores them exactly (one small scan)."""
 _FILTER_CACHE = 32
+_PARSED_CACHE = 1 << 16
+"""Rows whose parsed record `FaissIndex.parsed` keeps (~200 bytes each), then starts over."""
 
 
 def normalise(vectors: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
@@ -404,7 +406,7 @@ class FaissIndex(VectorStore):
 
         A row's record never changes (a replaced key gets a new row), so the
         caller's reading of it (a hit's fields) is cached until the row is
-        deleted. ``-1`` and deleted rows give ``None``.
+        deleted (at most ``_PARSED_CACHE`` rows). ``-1`` and deleted rows give ``None``.
         """
         out: list[Any] = []
         with self._lock:
@@ -414,6 +416,8 @@ class FaissIndex(VectorStore):
                 if found is None:
                     key = keys.get(row)
                     if key is not None:
+                        if len(cache) >= _PARSED_CACHE:
+                            cache.clear()
                         text, meta = self._records[row]
                         found = cache[row] = parse(key, text, meta)
                 out.append(found)

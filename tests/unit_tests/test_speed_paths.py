@@ -223,3 +223,12 @@ def test_the_offline_model_embeds_each_distinct_text_once() -> None:
     assert vectors == [[2.0, 1.0], [1.0, 1.0], [2.0, 1.0], [4.0, 1.0], [1.0, 1.0]]
     vectors[0][0] = 9.0  # a repeated text's vector is a copy, not the same list
     assert vectors[2] == [2.0, 1.0]
+
+
+def test_hits_stay_exact_when_the_hit_cache_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, index = _window(8)
+    want = _brute_force(index, "plum fig", None)
+    monkeypatch.setattr(faiss_index, "_PARSED_CACHE", 3)
+    for _ in range(3):
+        assert _found(index, "plum fig", 32, None) == (want, True)
+    assert len(index._parsed) <= 3
