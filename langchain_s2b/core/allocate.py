@@ -1,7 +1,7 @@
 """Spending a token budget: which leaves around the ranked hits to return, as contiguous runs.
 
 Every mode hands the allocator the same things: the ranked hits (as
-:class:`Seed`\\ s, each with the range of leaves it may grow into, which is
+:class:`Seed` objects, each with the range of leaves it may grow into, which is
 where the mode's shape lives: a window, a parent, a document), the fetched
 leaves around them, a budget and a ``token_counter``.
 
