@@ -123,7 +123,7 @@ class SmallToBigRetriever(BaseRetriever):
     window_after: int | None = Field(default=None, ge=0)
     """Neighbours after a hit (overrides ``window_size`` on that side)."""
     coalesce: bool = True
-    """Merge windows of one source that overlap or touch."""
+    """Windows of one source never share a split: a hit inside a better window joins it."""
     max_tokens: int | None = Field(default=None, gt=0)
     """Token budget for all results together (estimated offline, 4 chars/token)."""
     margin: float = Field(default=0.1, ge=0)
