@@ -37,8 +37,8 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from langchain_s2b.core.budget import TokenCounter
 from langchain_s2b.core.merge import Chunk, merge_chunks
-from langchain_s2b.core.tokens import TokenCounter
 
 LeafId = tuple[str, int]
 """``(source key, split id)`` of a leaf."""

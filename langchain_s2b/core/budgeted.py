@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
 from langchain_core.documents import Document
 
 from langchain_s2b.core.allocate import DECAY, LeafId, Run, Seed, allocate
-from langchain_s2b.core.hits import Group, Hit, result_metadata
+from langchain_s2b.core.budget import TokenCounter
+from langchain_s2b.core.filters import Filter, matches_filter
+from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, z_fuse
+from langchain_s2b.core.hits import Group, Hit, dedupe_hits, hit_from_child, result_metadata
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
-from langchain_s2b.core.tokens import TokenCounter
+from langchain_s2b.core.params import QueryParams
+from langchain_s2b.core.parent import parent_index
+from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, SearchText, ask
 
 Fetched = Mapping[str, Document | None]
 
@@ -42,8 +48,65 @@ class Shape:
     """Window mode: leaves before a hit (``None``: no window limit)."""
     after: int | None = None
     """Window mode: leaves after a hit."""
-    parent_level: int | None = None
-    """Parent mode: index into a hit's ``ancestors`` of the node it stays inside."""
+    inside_parent: bool = False
+    """Parent mode: stay inside the hit's parent."""
+    parent_level: str | None = None
+    """The parent's level (``None``: the hit's nearest ancestor)."""
+
+    @classmethod
+    def of(cls, params: QueryParams) -> Shape:
+        """The shape of ``params.mode``."""
+        if params.mode == "window":
+            return cls("window", params.before, params.after)
+        if params.mode == "parent":
+            return cls("parent", inside_parent=True, parent_level=params.parent_level)
+        return cls(params.mode)
+
+
+def retrieve_within(query: str, params: QueryParams, budget: int) -> Op[list[Document]]:
+    """Search until the best hits fill ``budget``, fetch their neighbourhoods once, allocate."""
+    counter = params.token_counter
+    vector = yield from ask(EmbedQuery(query))
+    fetch = max(params.fetch_k, params.k, TOP_N if params.hybrid else 0)
+    while True:
+        found, exhausted = yield from ask(Search(vector, query, fetch, params.filter))
+        hits = dedupe_hits(found)
+        if params.hybrid:
+            hits = yield from fused(hits, query, fetch, params.filter)
+        seeds, filled = seed_hits(hits, budget, counter)
+        if filled or exhausted:
+            break
+        fetch *= 2
+    shape = Shape.of(params)
+    distance = reach_distance(len(seeds))
+    keys = leaf_keys(seeds, shape, distance)
+    values: list[Document | None] = []
+    if keys:
+        values = yield from ask(Fetch(keys))
+    return fill(seeds, shape, distance, dict(zip(keys, values, strict=True)), budget, counter)
+
+
+def fused(hits: Sequence[Hit], query: str, n: int, flt: object) -> Op[list[Hit]]:
+    """Dense hits fused with the ``n`` best lexical ones (z-scores); score = the fused score.
+
+    Leaves only the lexical list found are read from the docstore (one fetch)
+    and must pass the same filter.
+    """
+    lexical = yield from ask(SearchText(query, n))
+    by_key = {hit.key: hit for hit in hits}
+    missing = [key for key, _ in lexical if key not in by_key]
+    if missing:
+        docs = yield from ask(Fetch(missing))
+        for key, doc in zip(missing, docs, strict=True):
+            wanted = doc is not None and "source_key" in doc.metadata
+            if doc is not None and wanted and matches_filter(doc.metadata, cast("Filter", flt)):
+                by_key[key] = hit_from_child(doc, 0.0)
+    ranked = z_fuse(
+        [(hit.key, hit.score) for hit in hits],
+        [(key, score) for key, score in lexical if key in by_key],
+        LEXICAL_WEIGHT,
+    )
+    return [replace(by_key[key], score=score) for key, score in ranked]
 
 
 def seed_hits(
@@ -113,8 +176,9 @@ def to_seeds(
     seeds = []
     for hit in hits:
         lo, hi = neighbourhood(hit, shape, distance)
-        if shape.parent_level is not None:
-            lo, hi = _inside_parent(hit, shape.parent_level, lo, hi, leaves)
+        if shape.inside_parent:
+            level = parent_index(hit, shape.parent_level) if hit.ancestors else 0
+            lo, hi = _inside_parent(hit, level, lo, hi, leaves)
         seeds.append(Seed(hit.source_key, hit.split_id, lo, hi))
     return seeds
 

@@ -23,7 +23,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
-from langchain_s2b.core.tokens import TokenCounter, approximate_tokens
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.evaluation.data import Question
 from langchain_s2b.evaluation.scoring import Score, cut, pieces, score, whitespace_tokens
 

@@ -7,7 +7,7 @@
 - **evidence recall**: the share of gold evidence characters inside the
   returned spans of the right document.
 - **tokens**: the ``token_counter``'s count of the returned texts (default
-  :func:`~langchain_s2b.core.tokens.approximate_tokens`).
+  :func:`~langchain_s2b.core.budget.approximate_tokens`).
 
 :func:`cut` applies a budget the same way to every retriever: pieces are kept
 in rank order while they fit, and the first that does not is cut to the longest
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.tokens import TokenCounter, approximate_tokens
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.evaluation.data import Question, Span
 
 

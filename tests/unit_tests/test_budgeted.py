@@ -83,7 +83,7 @@ def test_neighbourhood_per_mode() -> None:
 
 def test_fill_grows_inside_the_parent_and_returns_exact_documents() -> None:
     # parent mode: hit 2 may not leave paragraph 0 (sentences 0-2); budget 3 tokens
-    (doc,) = fill([hit(2, 0.9)], Shape("parent", parent_level=0), 5, FETCHED, 3, _tokens)
+    (doc,) = fill([hit(2, 0.9)], Shape("parent", inside_parent=True), 5, FETCHED, 3, _tokens)
     assert doc.page_content == "Aa. Bb. Cc. " == TEXT[0:12]
     meta = doc.metadata
     assert (meta["start"], meta["end"], meta["mode"], meta["escalation"]) == (

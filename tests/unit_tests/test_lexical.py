@@ -91,13 +91,21 @@ class TestLexicalIndex:
         index = LexicalIndex()
         index.add(CORPUS)
         before = index.search("Normandy France", 10)
-        index.save(tmp_path / "lex")
+        written = index.save(tmp_path / "lex")
         saved = sorted(p.name for p in (tmp_path / "lex").iterdir())
+        assert written == saved
+        assert "meta.json" in saved
         loaded = LexicalIndex.load(tmp_path / "lex")
         assert loaded.search("Normandy France", 10) == before
+        assert loaded.items() == index.items()
         loaded.delete(["s/2"])
         assert sorted(p.name for p in (tmp_path / "lex").iterdir()) == saved
         assert LexicalIndex.load(tmp_path / "lex").keys() == {"s/0", "s/1", "s/2", "s/3"}
+
+    def test_text_that_is_not_valid_unicode_is_indexed(self) -> None:
+        index = LexicalIndex()
+        index.add([leaf("s/9", "bad \ud800 surrogate")])
+        assert [k for k, _ in index.search("surrogate \udfff", 5)] == ["s/9"]
 
     def test_load_of_a_directory_without_an_index_is_named(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="holds no lexical index"):

@@ -1,0 +1,56 @@
+"""The child index with its lexical twin: every leaf added or deleted goes to both.
+
+:class:`HybridChildIndex` is the :class:`~langchain_s2b.store.child_index.ChildIndex`
+of a retriever with ``hybrid=True``. The runner's ``AddLeaves`` and
+``RemoveLeaves`` reach both indexes through it (vectors first, then text), so
+every path that writes leaves (add, update, delete, repair) keeps them
+together, and a failed text write fails the request like a failed vector
+write: the operation that asked undoes it as it undoes any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore
+
+from langchain_s2b.store.child_index import ChildIndex
+from langchain_s2b.store.lexical_index import LexicalIndex
+
+
+class HybridChildIndex(ChildIndex):
+    """A child index whose leaves are also searchable by BM25."""
+
+    def __init__(self, vectorstore: VectorStore, lexical: LexicalIndex) -> None:
+        super().__init__(vectorstore)
+        self.lexical = lexical
+
+    def add(self, leaves: list[Document], *vectors: Any) -> None:
+        """Index leaves (with their vectors, if given) and their text."""
+        super().add(leaves, *vectors)
+        self.lexical.add(leaves)
+
+    async def aadd(self, leaves: list[Document], *vectors: Any) -> None:
+        """Async :meth:`add`."""
+        await super().aadd(leaves, *vectors)
+        await run_in_executor(None, self.lexical.add, leaves)
+
+    def delete(self, keys: list[str]) -> None:
+        """Delete leaves from both indexes; keys they do not hold are ignored."""
+        super().delete(keys)
+        self.lexical.delete(keys)
+
+    async def adelete(self, keys: list[str]) -> None:
+        """Async :meth:`delete`."""
+        await super().adelete(keys)
+        await run_in_executor(None, self.lexical.delete, keys)
+
+    def search_text(self, query: str, n: int) -> list[tuple[str, float]]:
+        """The ``n`` best leaves by BM25."""
+        return self.lexical.search(query, n)
+
+    async def asearch_text(self, query: str, n: int) -> list[tuple[str, float]]:
+        """Async :meth:`search_text`."""
+        return await run_in_executor(None, self.lexical.search, query, n)
