@@ -77,16 +77,23 @@ def rows(emb: Cached, documents: list[Document]) -> dict[str, Callable[[], BaseR
             built[mode] = SmallToBigRetriever.from_documents(documents, emb, mode=mode)
         return built[mode]
 
-    def copy(mode: str, **fields: Any) -> Callable[[], BaseRetriever]:
-        return lambda: index(mode).model_copy(update=fields)
+    def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
+        return lambda: index(tree).model_copy(update=fields)
 
     return {
         "plain sentences": lambda: index("window").vectorstore.as_retriever(),
         "plain chunks (~300 tok)": lambda: index("parent").vectorstore.as_retriever(),
-        "window, w = 3 (default)": copy("window"),
-        "window, w = 1": copy("window", window_size=1),
-        "parent": copy("parent"),
-        "multilevel": copy("multilevel", k=4),
+        "window, w = 3, dense": copy("window", window_size=3, hybrid=False),
+        "window, w = 1, dense": copy("window", window_size=1, hybrid=False),
+        "window, w = 3, hybrid": copy("window", window_size=3, hybrid=True),
+        "window, w = 1, hybrid": copy("window", window_size=1, hybrid=True),
+        "parent (~1,200-token parents), hybrid": copy("parent", hybrid=True),
+        "multilevel, dense": copy("multilevel", hybrid=False),
+        "multilevel, hybrid": copy("multilevel", hybrid=True),
+        "CLI tree, parent = paragraph, hybrid": copy("multilevel", mode="parent"),
+        "CLI tree, parent = section, hybrid": copy(
+            "multilevel", mode="parent", parent_level="section"
+        ),
     }
 
 

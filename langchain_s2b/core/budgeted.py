@@ -18,7 +18,6 @@ allocator counts real tokens.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -127,11 +126,13 @@ def reach_distance(n_seeds: int, decay: float = DECAY) -> int:
     """The farthest a leaf can be from a seed and still outweigh the weakest seed (at least 1).
 
     A leaf ``d`` steps from the best seed is worth ``decay ** d``; the weakest
-    of ``n`` seeds is worth ``1 / n`` on its own.
+    of ``n`` seeds is worth ``1 / n`` on its own: ``d`` is the largest integer
+    with ``(1 / decay) ** d <= n``.
     """
-    if n_seeds <= 1:
-        return 1
-    return max(1, math.floor(math.log(n_seeds) / math.log(1 / decay)))
+    distance = 1
+    while (1 / decay) ** (distance + 1) <= n_seeds:
+        distance += 1
+    return distance
 
 
 def neighbourhood(hit: Hit, shape: Shape, distance: int) -> tuple[int, int]:
