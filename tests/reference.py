@@ -28,7 +28,8 @@ The contract, written once here:
   context is the lowest node that holds all evidence. When the contexts
   together exceed 1,024 tokens, the budget rule below applies with 1,024.
 * **max_tokens (every mode).** ``fetch`` doubles until the best hits' own
-  text reaches the budget (or the search is exhausted); those hits are the
+  text reaches the budget (or the search is exhausted; a hit longer than the
+  budget counts nothing towards it); those hits are the
   seeds, rank ``r`` from 0. ``d`` is the largest integer with ``2 ** d`` at most
   the number of seeds (at least 1). A leaf at most ``d`` from a seed, and inside
   the seed's reach (window: ``before``/``after``; parent: the seed's parent;
@@ -394,7 +395,8 @@ def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Docume
             if used >= budget:
                 break
             seeds.append(hit)
-            used += tokens(hit.node.end - hit.node.start)
+            cost = tokens(hit.node.end - hit.node.start)
+            used += cost if cost <= budget else 0
         if used >= budget or exhausted:
             break
         fetch *= 2

@@ -9,7 +9,8 @@ grow around a hit:
 - ``multilevel``: up the whole ladder, paragraph, section, document.
 
 The *seeds* are the best distinct hits, taken until their own text alone
-would fill the budget, so a larger budget looks deeper. A leaf further than
+would fill the budget (a hit longer than the budget does not count), so a
+larger budget looks deeper. A leaf further than
 ``log(seeds) / log(1 / decay)`` leaves from a seed is worth less than the
 weakest seed itself, so no neighbourhood reaches further than that, and every
 leaf that can be chosen is fetched in one batched ``mget`` before the
@@ -111,14 +112,20 @@ def fused(hits: Sequence[Hit], query: str, n: int, flt: object) -> Op[list[Hit]]
 def seed_hits(
     hits: Sequence[Hit], budget: int, token_counter: TokenCounter
 ) -> tuple[list[Hit], bool]:
-    """The best hits (distinct, in order) until their own text fills ``budget``; filled?"""
+    """The best hits, in order, until those that fit the budget alone fill it; filled?
+
+    A hit longer than the whole budget can never be returned: it is a seed (its
+    neighbours may be worth taking) but does not count towards filling.
+    """
     seeds: list[Hit] = []
     used = 0
     for hit in hits:
         if used >= budget:
             break
         seeds.append(hit)
-        used += token_counter(hit.text)
+        cost = token_counter(hit.text)
+        if cost <= budget:
+            used += cost
     return seeds, used >= budget
 
 

@@ -59,9 +59,11 @@ FETCHED = {f"doc/sentence/{i}": leaf(i) for i in range(6)}
 
 def test_seeds_are_taken_until_their_own_text_fills_the_budget() -> None:
     hits = [hit(2, 0.9), hit(4, 0.8), hit(0, 0.7)]
-    assert seed_hits(hits, 2, len) == (hits[:1], True)  # 4 chars >= 2
+    assert seed_hits(hits, 4, len) == (hits[:1], True)  # 4 chars fill 4
     assert seed_hits(hits, 9, len) == (hits[:3], True)
     assert seed_hits(hits, 13, len) == (hits, False)
+    # a hit longer than the whole budget is a seed but fills nothing
+    assert seed_hits(hits, 3, len) == (hits, False)
 
 
 @pytest.mark.parametrize(("n", "d"), [(0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (40, 5), (100, 6)])
