@@ -119,7 +119,7 @@ class SmallToBigRetriever(BaseRetriever):
     """Children fetched by the first search; doubled until ``k`` results exist."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Defaults for per-call options (``filter``, ``window_size`` ...)."""
-    window_size: int = Field(default=3, ge=0)
+    window_size: int = Field(default=1, ge=0)
     """Neighbours on each side of a hit, in window mode."""
     window_before: int | None = Field(default=None, ge=0)
     """Neighbours before a hit (overrides ``window_size`` on that side)."""

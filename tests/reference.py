@@ -26,7 +26,8 @@ The contract, written once here:
   Evidence: the source's hits within ``margin`` of its best and not below the
   score of the query's ``fetch_k``-th hit (the best always counts). The
   context is the lowest node that holds all evidence. When the contexts
-  together exceed 1,024 tokens, the budget rule below applies with 1,024.
+  together exceed 1,024 tokens, the budget rule below applies with 1,024 and
+  its first ``k`` results are returned.
 * **max_tokens (every mode).** ``fetch`` doubles until the best hits' own
   text reaches the budget (or the search is exhausted; a hit longer than the
   budget counts nothing towards it); those hits are the
@@ -492,7 +493,7 @@ def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
         return budgeted(mode, oracle, s, s.max_tokens)
     docs = by_k(mode, oracle, s)
     if mode == "multilevel" and sum(tokens(len(d.page_content)) for d in docs) > MULTILEVEL_BUDGET:
-        return budgeted(mode, oracle, s, MULTILEVEL_BUDGET)
+        return budgeted(mode, oracle, s, MULTILEVEL_BUDGET)[: s.k]
     return docs
 
 

@@ -20,7 +20,7 @@ class QueryParams:
     k: int = 4
     fetch_k: int = 20
     filter: Any = None
-    window_size: int = 3
+    window_size: int = 1
     window_before: int | None = None
     window_after: int | None = None
     coalesce: bool = True

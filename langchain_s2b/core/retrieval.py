@@ -2,9 +2,11 @@
 
 :func:`retrieve` looks the mode up in :data:`PLANS` once per call; no method
 branches on the mode. Told a budget (``max_tokens``), every mode fills it
-through :func:`~langchain_s2b.core.budgeted.retrieve_within` instead; so does
-multilevel mode when its contexts would exceed
-:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET`.
+through :func:`~langchain_s2b.core.budgeted.retrieve_within` instead, and the
+budget, not ``k``, decides how much comes back. Multilevel mode without a
+budget whose ``k`` contexts would exceed
+:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET` fills that budget and
+returns its ``k`` best runs.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Docume
     docs = yield from retrieve_k(query, params, on_missing)
     if params.mode == "multilevel":
         tokens = sum(params.token_counter(doc.page_content) for doc in docs)
-        if tokens > MULTILEVEL_BUDGET:
-            return (yield from retrieve_within(query, params, MULTILEVEL_BUDGET))
+        if tokens > MULTILEVEL_BUDGET:  # k contexts asked for: the best k runs of the budget
+            filled = yield from retrieve_within(query, params, MULTILEVEL_BUDGET)
+            return filled[: params.k]
     return docs
 
 
