@@ -209,15 +209,23 @@ class SmallToBigRetriever(BaseRetriever):
     def add_documents(
         self, documents: Sequence[Document], ids: Sequence[str] | None = None
     ) -> IndexingResult:
-        """Split, embed and store documents; unchanged sources are skipped."""
-        return self._io.drive(lifecycle.add(self._lifecycle_config(), documents, ids), write=True)
+        """Split, embed and store documents; unchanged sources are skipped.
+
+        All or nothing: when a call fails (the embedding, a store), every source
+        keeps the version it had. The embedding runs before the write lock is
+        taken, so queries do not wait for it.
+        """
+        config = self._lifecycle_config()
+        staged = self._io.drive(lifecycle.stage(config, documents, ids), locked=False)
+        return self._io.drive(lifecycle.commit(config, staged), write=True)
 
     async def aadd_documents(
         self, documents: Sequence[Document], ids: Sequence[str] | None = None
     ) -> IndexingResult:
         """Async :meth:`add_documents`."""
-        gen = lifecycle.add(self._lifecycle_config(), documents, ids)
-        return await self._io.adrive(gen, write=True)
+        config = self._lifecycle_config()
+        staged = await self._io.adrive(lifecycle.stage(config, documents, ids), locked=False)
+        return await self._io.adrive(lifecycle.commit(config, staged), write=True)
 
     def delete(self, source_ids: Sequence[str]) -> list[str]:
         """Remove sources from both stores; returns the ids that existed."""

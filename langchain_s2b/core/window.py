@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Group, Hit, dedupe_hits, result_metadata
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, result_metadata
 from langchain_s2b.core.keys import level_prefix, split_id_of
 from langchain_s2b.core.merge import Chunk, chunk_of, merge_chunks
 
@@ -72,6 +72,9 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
 
     A neighbour missing from the store ends the window there (the run on the
     far side is kept only if it holds a hit); ``missing`` lists its split ids.
+    A hit whose own node is missing is a :class:`MissingNodeError`: the child
+    index and the docstore disagree, and the index's copy of the text is never
+    served in place of the store's.
     """
     by_split = {hit.split_id: hit for hit in group.hits}
     runs: list[list[Chunk]] = [[]]
@@ -80,9 +83,12 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
         split = split_id_of(key)
         doc = fetched.get(key)
         if doc is None and split in by_split:
-            hit = by_split[split]
-            runs[-1].append(Chunk(hit.start, hit.end, hit.text, split))
-        elif doc is None:
+            msg = (
+                f"Child {key!r} is in the child index but not in the docstore; "
+                "run retriever.verify(repair=True) or pass on_missing='skip'."
+            )
+            raise MissingNodeError(msg)
+        if doc is None:
             missing.append(split)
             runs.append([])
         else:

@@ -190,15 +190,47 @@ class ChildIndex:
             return [(doc, fn(score)) for doc, score in pairs]
         return await run_in_executor(None, self._search_generic, vector, query, fetch, flt)
 
-    def add(self, leaves: list[Document]) -> None:
-        """Embed and index leaves under their ids (the node keys)."""
-        if leaves:
-            self.vectorstore.add_documents(leaves, ids=[str(d.id) for d in leaves])
+    def _takes_vectors(self) -> bool:
+        """Whether leaves can be added with vectors embedded beforehand."""
+        return self.faiss is not None or callable(getattr(self.vectorstore, "add_embeddings", None))
 
-    async def aadd(self, leaves: list[Document]) -> None:
-        """Async :meth:`add`."""
-        if leaves:
+    def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:
+        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add)."""
+        emb = self.embeddings
+        if emb is None or not self._takes_vectors():
+            return None
+        return [list(v) for v in emb.embed_documents(texts)]
+
+    async def aembed_leaves(self, texts: list[str]) -> list[list[float]] | None:
+        """Async :meth:`embed_leaves`."""
+        emb = self.embeddings
+        if emb is None or not self._takes_vectors():
+            return None
+        return [list(v) for v in await emb.aembed_documents(texts)]
+
+    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Index leaves under their ids (the node keys), with their vectors when given."""
+        if not leaves:
+            return
+        ids = [str(d.id) for d in leaves]
+        if vectors is None:
+            self.vectorstore.add_documents(leaves, ids=ids)
+        elif self.faiss is not None:
+            texts = [d.page_content for d in leaves]
+            self.faiss.add_vectors(np.asarray(vectors), texts, [d.metadata for d in leaves], ids)
+        else:
+            store: Any = self.vectorstore
+            pairs = [(d.page_content, v) for d, v in zip(leaves, vectors, strict=True)]
+            store.add_embeddings(pairs, [d.metadata for d in leaves], ids=ids)
+
+    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Async :meth:`add` (vectors already embedded are added in a worker thread)."""
+        if not leaves:
+            return
+        if vectors is None:
             await self.vectorstore.aadd_documents(leaves, ids=[str(d.id) for d in leaves])
+        else:
+            await run_in_executor(None, self.add, leaves, vectors)
 
     def delete(self, keys: list[str]) -> None:
         """Delete leaves; keys the store does not hold are ignored."""

@@ -11,7 +11,9 @@ A save directory holds complete snapshots and a pointer to the current one::
         nodes.txt              the docstore, when it lives in memory: per line the
                                key as a JSON string, a tab, the document as JSON
 
-``save`` writes a new snapshot beside the old ones, flushes it to disk, then
+``save`` holds an inter-process file lock (``path/.lock``, ``filelock``) so saves
+to one path, from threads or processes, run one at a time. It writes a new
+snapshot beside the old ones, flushes it to disk, then
 replaces ``CURRENT`` with ``os.replace`` (atomic) and only then removes older
 snapshots: a crash at any moment leaves a loadable save, the old or the new.
 ``load`` reads only JSON and FAISS files, checks every value's type, every
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
@@ -58,6 +61,8 @@ FORMAT_VERSION = 1
 POINTER = "CURRENT"
 CONFIG_FILE = "s2b.json"
 NODES_FILE = "nodes.txt"
+LOCK_FILE = ".lock"
+"""Held while a save writes into its directory (an inter-process lock)."""
 _SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
 
 
@@ -99,6 +104,12 @@ def save(saved: Saved, path: str | Path, *, include_docstore: bool | None = None
     root = Path(path)
     _check_target(root)
     root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / LOCK_FILE):
+        _check_target(root)  # again: another save may have written meanwhile
+        return _save_locked(saved, root, include_docstore)
+
+
+def _save_locked(saved: Saved, root: Path, include_docstore: bool | None) -> Path:
     name = f"snapshot-{time.time_ns()}-{secrets.token_hex(4)}"
     temp = root / f"{TEMP_PREFIX}{name}"
     temp.mkdir()
@@ -120,12 +131,21 @@ def _check_target(root: Path) -> None:
     if root.exists() and not root.is_dir():
         msg = f"Cannot save into {root}: it is a file; pass a directory path."
         raise ValueError(msg)
-    if root.is_dir() and any(root.iterdir()) and not (root / POINTER).exists():
+    if (
+        root.is_dir()
+        and any(not _ours(child.name) for child in root.iterdir())
+        and not (root / POINTER).exists()
+    ):
         msg = (
             f"Refusing to save into {root}: it is not empty and not an earlier "
             "langchain_s2b save (no CURRENT file); choose a new or empty directory."
         )
         raise ValueError(msg)
+
+
+def _ours(name: str) -> bool:
+    """A name a save writes (a first save that was interrupted leaves these)."""
+    return name == LOCK_FILE or name.startswith(TEMP_PREFIX) or bool(_SNAPSHOT.match(name))
 
 
 def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> dict[str, Any]:

@@ -129,6 +129,20 @@ class TestWindowMode:
         assert doc.metadata["missing_split_ids"] == [8]
         assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
 
+    def test_a_hit_whose_node_is_missing_is_never_served_from_the_index(self) -> None:
+        """The child index's copy of a text is not served when the docstore lost it."""
+        retriever = _retriever(k=1)
+        retriever.docstore.mdelete(["s/sentence/10"])
+        expected = (
+            r"^Child 's/sentence/10' is in the child index but not in the docstore; "
+            r"run retriever.verify\(repair=True\) or pass on_missing='skip'\.$"
+        )
+        with pytest.raises(LookupError, match=expected):
+            retriever.invoke("word10", fetch_k=1)
+        skipping = _retriever(k=1, on_missing="skip")
+        skipping.docstore.mdelete(["s/sentence/10"])
+        assert skipping.invoke("word10", fetch_k=1) == []
+
     def test_one_batched_mget_per_query(self) -> None:
         store = CountingStore()
         retriever = _retriever(k=3, docstore=store)
