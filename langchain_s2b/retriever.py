@@ -297,7 +297,11 @@ class SmallToBigRetriever(BaseRetriever):
         :mod:`langchain_s2b.persist`. A docstore on disk or in a server is not
         copied unless ``include_docstore=True``: pass it again to :meth:`load`.
         """
-        saved = persist.Saved(self.vectorstore, self.docstore, self._levels, self._options())
+        index = self._io.index
+        lexical = index.lexical if isinstance(index, HybridChildIndex) else None
+        saved = persist.Saved(
+            self.vectorstore, self.docstore, self._levels, self._options(), lexical
+        )
         with self._io.lock.hold(write=False):
             return persist.save(saved, path, include_docstore=include_docstore)
 
@@ -351,7 +355,13 @@ class SmallToBigRetriever(BaseRetriever):
         if unknown:
             msg = f"{path}: unknown retriever options {unknown}."
             raise ValueError(msg)
-        return cls(vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields)
+        retriever = cls(
+            vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields
+        )
+        index = retriever._io.index
+        if isinstance(index, HybridChildIndex):
+            index.lexical = loaded.lexical or _lexical_from(loaded.vectorstore)
+        return retriever
 
     def verify(self, *, repair: bool = False) -> checks.VerifyReport:
         """Check that the child index, the docstore and the manifests agree.
@@ -421,6 +431,14 @@ class SmallToBigRetriever(BaseRetriever):
         for query in inputs:
             _check_query(query)
         return [retrieve(query, params, self.on_missing) for query in inputs]
+
+
+def _lexical_from(vectorstore: VectorStore) -> LexicalIndex:
+    """A lexical index of a save made without one, from the leaves FAISS holds."""
+    lexical = LexicalIndex()
+    if isinstance(vectorstore, FaissIndex):
+        lexical.add(vectorstore.get_by_ids(vectorstore.keys()))
+    return lexical
 
 
 def _check_query(query: Any) -> None:

@@ -10,8 +10,6 @@ write: the operation that asked undoes it as it undoes any other.
 
 from __future__ import annotations
 
-from typing import Any
-
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
@@ -27,14 +25,14 @@ class HybridChildIndex(ChildIndex):
         super().__init__(vectorstore)
         self.lexical = lexical
 
-    def add(self, leaves: list[Document], *vectors: Any) -> None:
+    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Index leaves (with their vectors, if given) and their text."""
-        super().add(leaves, *vectors)
+        super().add(leaves, vectors)
         self.lexical.add(leaves)
 
-    async def aadd(self, leaves: list[Document], *vectors: Any) -> None:
+    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Async :meth:`add`."""
-        await super().aadd(leaves, *vectors)
+        await super().aadd(leaves, vectors)
         await run_in_executor(None, self.lexical.add, leaves)
 
     def delete(self, keys: list[str]) -> None:

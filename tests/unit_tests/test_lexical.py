@@ -8,8 +8,12 @@ from pathlib import Path
 import pytest
 from langchain_core.documents import Document
 
+from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.fusion import z_fuse, z_scores
+from langchain_s2b.store.hybrid_index import HybridChildIndex
 from langchain_s2b.store.lexical_index import LexicalIndex, query_terms
+
+from ._embeddings import BagOfWords
 
 
 class TestFusion:
@@ -110,3 +114,51 @@ class TestLexicalIndex:
     def test_load_of_a_directory_without_an_index_is_named(self, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="holds no lexical index"):
             LexicalIndex.load(tmp_path)
+
+
+# Through the retriever: updated, deleted and saved with the child index --------------
+
+TEXT = "Rollo led the Norse. Normandy is in France. The duke ruled. Walrus tusks are long."
+
+
+def _hybrid(**fields: object) -> SmallToBigRetriever:
+    return SmallToBigRetriever.from_documents(
+        [Document(page_content=TEXT, id="d")], BagOfWords(), mode="window", **fields
+    )
+
+
+def _lexical(retriever: SmallToBigRetriever) -> LexicalIndex:
+    index = retriever._io.index
+    assert isinstance(index, HybridChildIndex)
+    return index.lexical
+
+
+class TestWithTheRetriever:
+    def test_update_and_delete_reach_the_lexical_index(self) -> None:
+        retriever = _hybrid()
+        assert [k for k, _ in _lexical(retriever).search("walrus", 5)] == ["d/sentence/3"]
+        retriever.add_documents([Document(page_content="Only penguins now.", id="d")])
+        lexical = _lexical(retriever)
+        assert lexical.search("walrus", 5) == []
+        assert [text for _, text in lexical.items()] == ["Only penguins now."]
+        retriever.delete(["d"])
+        assert len(lexical) == 0
+
+    def test_save_and_load_keep_the_lexical_index(self, tmp_path: Path) -> None:
+        retriever = _hybrid()
+        retriever.save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords())
+        assert _lexical(loaded).items() == _lexical(retriever).items()
+        query = "walrus duke"
+        assert loaded.invoke(query, max_tokens=10) == retriever.invoke(query, max_tokens=10)
+
+    def test_a_save_without_one_is_rebuilt_from_the_child_index(self, tmp_path: Path) -> None:
+        _hybrid(hybrid=False).save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords(), hybrid=True)
+        assert [k for k, _ in _lexical(loaded).items()] == [f"d/sentence/{i}" for i in range(4)]
+
+    def test_hybrid_off_keeps_no_lexical_index(self) -> None:
+        retriever = _hybrid(hybrid=False)
+        assert not isinstance(retriever._io.index, HybridChildIndex)
+        (doc,) = retriever.invoke("walrus", max_tokens=6)
+        assert doc.page_content == "Walrus tusks are long."
