@@ -7,7 +7,9 @@ gold evidence span lies inside the returned spans of the right document
 (:data:`~langchain_s2b.evaluation.RULES`): its output cut at the budget in
 ``token_counter`` tokens (LangChain's approximate count) and in whitespace
 words, and told the budget (``max_tokens``) then cut, for the rows that can
-be told. Rows include plain hit sentences and plain ~300-token chunks.
+be told. Rows include plain hit sentences and plain ~300-token chunks; the
+small-to-big rows use hybrid search (the default) unless named ``dense``; the
+``CLI tree`` rows are parent mode on the command line's multilevel tree.
 
     python benchmarks/quality.py [--questions N] [--data DIR] [--cache FILE] [--json FILE]
 """
@@ -83,17 +85,15 @@ def rows(emb: Cached, documents: list[Document]) -> dict[str, Callable[[], BaseR
     return {
         "plain sentences": lambda: index("window").vectorstore.as_retriever(),
         "plain chunks (~300 tok)": lambda: index("parent").vectorstore.as_retriever(),
+        "window, w = 3": copy("window", window_size=3),
         "window, w = 3, dense": copy("window", window_size=3, hybrid=False),
+        "window, w = 1": copy("window", window_size=1),
         "window, w = 1, dense": copy("window", window_size=1, hybrid=False),
-        "window, w = 3, hybrid": copy("window", window_size=3, hybrid=True),
-        "window, w = 1, hybrid": copy("window", window_size=1, hybrid=True),
-        "parent (~1,200-token parents), hybrid": copy("parent", hybrid=True),
+        "parent (~1,200-token parents)": copy("parent"),
+        "multilevel": copy("multilevel"),
         "multilevel, dense": copy("multilevel", hybrid=False),
-        "multilevel, hybrid": copy("multilevel", hybrid=True),
-        "CLI tree, parent = paragraph, hybrid": copy("multilevel", mode="parent"),
-        "CLI tree, parent = section, hybrid": copy(
-            "multilevel", mode="parent", parent_level="section"
-        ),
+        "CLI tree, parent = paragraph": copy("multilevel", mode="parent"),
+        "CLI tree, parent = section": copy("multilevel", mode="parent", parent_level="section"),
     }
 
 
