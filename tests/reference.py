@@ -174,8 +174,11 @@ def build(
 
 
 def leaves(source: Source, leaf_level: str) -> list[Node]:
-    """The embedded level of a source (none when its text is blank)."""
-    return source.levels[leaf_level] if source.text.strip() else []
+    """The embedded leaves of a source: none when its text is blank, none without a letter."""
+    if not source.text.strip():
+        return []
+    nodes = source.levels[leaf_level]
+    return [n for n in nodes if any(c.isalpha() for c in source.text[n.start : n.end])]
 
 
 # Search -----------------------------------------------------------------------------
