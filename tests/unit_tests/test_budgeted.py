@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 from langchain_core.documents import Document
+from langchain_core.stores import InMemoryStore
 
+from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.core.budget import approximate_tokens
 from langchain_s2b.core.budgeted import (
     Shape,
     fill,
@@ -14,6 +21,8 @@ from langchain_s2b.core.budgeted import (
     seed_hits,
 )
 from langchain_s2b.core.hits import Hit
+
+from ._embeddings import BagOfWords
 
 TEXT = "Aa. Bb. Cc. Dd. Ee. Ff. "  # six 4-char sentences: 1 token each
 PARAS = [(0, 12), (12, 24)]  # two paragraphs of three sentences
@@ -117,3 +126,63 @@ def test_a_missing_neighbour_is_not_returned_and_ends_the_run() -> None:
 
 def _tokens(text: str) -> int:
     return len(text) // 4
+
+
+# Through the retriever ----------------------------------------------------------------
+
+STORY = (
+    "Rollo led the Norse. They sailed up the Seine. The king met them. "
+    "A treaty was signed. Normandy was granted. The walrus is unrelated. "
+    "Rollo was baptised. His heirs ruled."
+)
+
+
+class CountingStore(InMemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mgets: list[int] = []
+
+    def mget(self, keys: Sequence[str]) -> list[Any]:
+        self.mgets.append(len(keys))
+        return super().mget(keys)
+
+
+def _retriever(**fields: Any) -> SmallToBigRetriever:
+    doc = Document(page_content=STORY, id="s")
+    fields.setdefault("mode", "window")
+    return SmallToBigRetriever.from_documents([doc], BagOfWords(), **fields)
+
+
+def test_one_batched_mget_of_the_neighbourhoods() -> None:
+    store = CountingStore()
+    retriever = _retriever(docstore=store, hybrid=False, window_size=2)
+    store.mgets.clear()
+    docs = retriever.invoke("Rollo", max_tokens=20)
+    # seeds: the two Rollo sentences (6 + 5 tokens) and further hits until 20 tokens;
+    # all their neighbourhoods in one mget
+    assert len(store.mgets) == 1
+    assert sum(approximate_tokens(d.page_content) for d in docs) <= 20
+    for doc in docs:
+        assert STORY[doc.metadata["start"] : doc.metadata["end"]] == doc.page_content
+
+
+def test_sync_async_and_batch_agree_under_a_budget_with_hybrid_search() -> None:
+    retriever = _retriever()
+    want = retriever.invoke("walrus Rollo", max_tokens=15)
+    assert asyncio.run(retriever.ainvoke("walrus Rollo", max_tokens=15)) == want
+    assert retriever.batch(["walrus Rollo", "walrus Rollo"], max_tokens=15) == [want, want]
+    # the rare word's sentence is the first result: BM25 ranks it first
+    assert want[0].metadata["matches"][0]["split_id"] == 5
+
+
+@pytest.mark.parametrize("budget", [1, 3, 7, 16, 40, 400])
+def test_the_budget_is_never_exceeded_and_no_hit_is_cut(budget: int) -> None:
+    retriever = _retriever(mode="multilevel")  # sentences in paragraphs in sections
+    for mode in ("parent", "window", "multilevel"):
+        docs = retriever.invoke("Rollo Normandy treaty", max_tokens=budget, mode=mode)
+        assert sum(approximate_tokens(d.page_content) for d in docs) <= budget
+        for doc in docs:
+            meta = doc.metadata
+            assert STORY[meta["start"] : meta["end"]] == doc.page_content
+            for match in meta["matches"]:
+                assert meta["start"] <= match["start"] < match["end"] <= meta["end"]
