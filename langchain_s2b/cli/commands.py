@@ -75,7 +75,7 @@ def _progress(total: int, unit: str, desc: str | None = None) -> Any:
         tqdm = None
     if tqdm is None or not sys.stderr.isatty() or total == 0:
         return _NoBar()
-    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False)
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False, mininterval=0)
 
 
 class _NoBar:
@@ -96,7 +96,8 @@ def _reading(store: Store) -> Iterator[Store]:
     except MissingNodeError as err:
         found = re.search(r"'([^']+)'", str(err))
         what = f"node {found.group(1)!r} is missing" if found else "a node is missing"
-        msg = f"the index in {store.directory} is damaged ({what}); run: s2b verify --repair --store {store.directory}"
+        where = store.directory
+        msg = f"the index in {where} is damaged ({what}); run: s2b verify --repair --store {where}"
         raise UserError(msg) from None
     finally:
         store.close()
@@ -134,7 +135,9 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
             store.close()
     _report_index(done, found, directory, out)
     if done.skipped:
-        print(f"s2b: {len(done.skipped)} file(s) could not be read and were skipped", file=sys.stderr)
+        print(
+            f"s2b: {len(done.skipped)} file(s) could not be read and were skipped", file=sys.stderr
+        )
         return EXIT_SKIPPED
     return 0
 
@@ -199,7 +202,10 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
         )
     docs = sum(len(r.sources) for r in rows.values())
     chunks = sum(r.chunks for r in rows.values())
-    print(one_line(f"{len(rows)} file(s), {docs} document(s), {chunks} chunk(s) in {args.store}"), file=out)
+    print(
+        one_line(f"{len(rows)} file(s), {docs} document(s), {chunks} chunk(s) in {args.store}"),
+        file=out,
+    )
     return 0
 
 
@@ -273,7 +279,10 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     if report.ok and not lost:
         print("ok", file=out)
         return 0
-    print(f"s2b: error: {directory} is damaged; run: s2b verify --repair --store {directory}", file=sys.stderr)
+    print(
+        f"s2b: error: {directory} is damaged; run: s2b verify --repair --store {directory}",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -400,7 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = add("eval", parents=[common], help="hit rate, evidence recall and tokens per mode")
     ev.add_argument("--questions", required=True, metavar="FILE", help="questions JSONL")
     ev.add_argument("--modes", type=_modes, default=list(MODES), help="comma-separated modes")
-    ev.add_argument("-k", type=_int(1), default=DEFAULT_K, help=f"results per question (default {DEFAULT_K})")
+    ev.add_argument(
+        "-k", type=_int(1), default=DEFAULT_K, help=f"results per question (default {DEFAULT_K})"
+    )
     ev.add_argument("--limit", type=_int(1), metavar="N", help="only the first N questions")
     ev.add_argument("--budgets", type=_budgets, default=list(evaluation.BUDGETS))
     ev.add_argument("--json", action="store_true", help="machine-readable output")

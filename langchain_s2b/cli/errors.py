@@ -37,7 +37,7 @@ def one_line(text: str) -> str:
 
 
 def safe_json(text: str) -> str:
-    """JSON text with C1 controls and direction marks written as ``\\uXXXX`` escapes.
+    r"""JSON text with C1 controls and direction marks written as ``\uXXXX`` escapes.
 
     ``json.dumps`` already escapes C0 controls (ESC, BEL, ...); the characters
     replaced here are legal raw in JSON but act on a terminal. They only occur

@@ -95,16 +95,13 @@ def leaf_texts(docs: Sequence[Document]) -> list[str]:
     return recorder.texts
 
 
-Progress = Callable[[int], Any]
-
-
 def run(
     store: Store,
     found: Found,
     *,
     strict: bool,
     on_skip: Callable[[str, str], None],
-    progress: Callable[[int], Progress],
+    progress: Callable[[int], Any],
 ) -> Outcome:
     """Bring the index in line with the files ``found``; see the module docstring."""
     outcome = Outcome()
@@ -114,9 +111,17 @@ def run(
     claimed = {sid: path for path, row in stored.items() if path not in gone for sid in row.sources}
     accepted = []
     for item in loaded:
-        clash = next((s for s in item.sources if claimed.get(s, str(item.path)) != str(item.path)), None)
+        clash = next(
+            (s for s in item.sources if claimed.get(s, str(item.path)) != str(item.path)), None
+        )
         if clash is not None:
-            _skip(outcome, str(item.path), f"document id {clash!r} is also in {claimed[clash]}", strict, on_skip)
+            _skip(
+                outcome,
+                str(item.path),
+                f"document id {clash!r} is also in {claimed[clash]}",
+                strict,
+                on_skip,
+            )
             continue
         claimed.update(dict.fromkeys(item.sources, str(item.path)))
         accepted.append(item)
@@ -149,11 +154,11 @@ def run(
 def _skip(
     outcome: Outcome, path: str, reason: str, strict: bool, on_skip: Callable[[str, str], None]
 ) -> None:
-    outcome.skipped.append((path, reason))
-    on_skip(path, reason)
     if strict:
         msg = f"cannot index {path}: {reason} (--strict stops at the first such file)"
         raise UserError(msg)
+    outcome.skipped.append((path, reason))
+    on_skip(path, reason)
 
 
 def _read_changed(
@@ -182,7 +187,9 @@ def _read_changed(
         sha = file_digest(data)
         if row and row.sha256 == sha:
             outcome.unchanged += 1
-            touched.append(FileRow(key, stat.st_size, stat.st_mtime_ns, sha, row.sources, row.chunks))
+            touched.append(
+                FileRow(key, stat.st_size, stat.st_mtime_ns, sha, row.sources, row.chunks)
+            )
             continue
         try:
             docs = read_documents(path, data)

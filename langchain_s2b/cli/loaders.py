@@ -133,7 +133,9 @@ def _decode(data: bytes) -> str:
 def _text_document(path: Path, text: str, title: str, **extra: Any) -> Document:
     source = str(path)
     doc_id = source if "page" not in extra else f"{source}#page={extra['page']}"
-    return Document(page_content=text, metadata={"source": source, "title": title, **extra}, id=doc_id)
+    return Document(
+        page_content=text, metadata={"source": source, "title": title, **extra}, id=doc_id
+    )
 
 
 def _html(data: bytes) -> tuple[str, str | None]:

@@ -49,7 +49,9 @@ def parse_spec(text: str) -> str:
         )
         raise UserError(msg)
     if provider == "local" and model not in LOCAL:
-        msg = f"--embedding {text!r}: the offline models are {', '.join('local:' + m for m in LOCAL)}"
+        msg = (
+            f"--embedding {text!r}: the offline models are {', '.join('local:' + m for m in LOCAL)}"
+        )
         raise UserError(msg)
     return f"{provider}:{model}"
 
@@ -71,7 +73,7 @@ def make_embedding(spec: str) -> Embeddings:
         raise UserError(msg) from None
     try:
         embedding: Embeddings = getattr(module, class_name)(**{argument: model})
-    except Exception as err:  # noqa: BLE001 - any provider error becomes one line
+    except Exception as err:  # any provider error becomes one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         msg = f"--embedding {spec}: {class_name} could not start: {first}"
         raise UserError(msg) from None

@@ -73,6 +73,7 @@ class Database:
         self.conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
+        self.conn.execute("PRAGMA page_size=8192")  # new files only: five 384-d vectors fill a page
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self._depth = 0
@@ -155,6 +156,12 @@ def _marks(n: int) -> str:
 # The docstore ---------------------------------------------------------------------------
 
 
+_OWN_KEY = '"\x01/'
+"""Stands for ``"<source key>/`` in a node's own metadata (keys of its parent and ancestors).
+
+``json.dumps`` never writes a raw control character, so the mark can not clash."""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -208,7 +215,7 @@ class SQLiteDocStore(BaseStore[str, Document]):
         if _user_fields(meta) == shared:
             own = {k: v for k, v in own.items() if k in NODE_FIELDS}
             own["\x00u"] = 1
-        row = (start, end, _dumps(own))
+        row = (start, end, _dumps(own).replace(f'"{parts.source_key}/', _OWN_KEY))
         if SQLiteDocStore._decode_slice(key, row, source, doc.id) != doc:
             return None
         return row
@@ -222,8 +229,8 @@ class SQLiteDocStore(BaseStore[str, Document]):
     ) -> Document:
         start, end, own_json = row
         text, doc_meta = source
-        own = json.loads(own_json)
         parts = parse_node_key(key)
+        own = json.loads(own_json.replace(_OWN_KEY, f'"{parts.source_key}/'))
         meta: dict[str, Any] = {}
         if own.pop("\x00u", None):
             meta.update(_user_fields(doc_meta))
@@ -342,8 +349,8 @@ def _whole_doc(key: str, text: str, meta_json: str) -> Document:
 
 
 def text_hash(text: str) -> bytes:
-    """The content address of a passage: SHA-256 of its UTF-8 text."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    """The content address of a passage: SHA-256 of its UTF-8 text (first 128 bits)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:16]
 
 
 class CachedEmbeddings(Embeddings):
