@@ -162,6 +162,12 @@ _OWN_KEY = '"\x01/'
 ``json.dumps`` never writes a raw control character, so the mark can not clash."""
 
 
+_SHARED = "\x00u"
+"""Marks a node whose source metadata is its ``doc`` node's."""
+_SHORT = {"parent_id": "p", "ancestors": "a", "children": "c", "source_splits": "n", _SHARED: "u"}
+_LONG = {v: k for k, v in _SHORT.items()}
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -211,11 +217,14 @@ class SQLiteDocStore(BaseStore[str, Document]):
             "source_id": doc_meta.get("source_id"),
         }
         own = {k: v for k, v in meta.items() if k not in derived or derived[k] != v}
-        shared = _user_fields(doc_meta)
-        if _user_fields(meta) == shared:
+        ancestors = own.get("ancestors")
+        if isinstance(ancestors, list) and ancestors and own.get("parent_id") == ancestors[0][0]:
+            del own["parent_id"]  # a leaf's parent is its nearest ancestor
+        if _user_fields(meta) == _user_fields(doc_meta):
             own = {k: v for k, v in own.items() if k in NODE_FIELDS}
-            own["\x00u"] = 1
-        row = (start, end, _dumps(own).replace(f'"{parts.source_key}/', _OWN_KEY))
+            own[_SHARED] = 1
+        short = {_SHORT.get(k, k): v for k, v in own.items()}
+        row = (start, end, _dumps(short).replace(f'"{parts.source_key}/', _OWN_KEY))
         if SQLiteDocStore._decode_slice(key, row, source, doc.id) != doc:
             return None
         return row
@@ -230,10 +239,13 @@ class SQLiteDocStore(BaseStore[str, Document]):
         start, end, own_json = row
         text, doc_meta = source
         parts = parse_node_key(key)
-        own = json.loads(own_json.replace(_OWN_KEY, f'"{parts.source_key}/'))
+        short = json.loads(own_json.replace(_OWN_KEY, f'"{parts.source_key}/'))
+        own = {_LONG.get(k, k): v for k, v in short.items()}
         meta: dict[str, Any] = {}
-        if own.pop("\x00u", None):
+        if own.pop(_SHARED, None):
             meta.update(_user_fields(doc_meta))
+        if "ancestors" in own and "parent_id" not in own and own["ancestors"]:
+            own["parent_id"] = own["ancestors"][0][0]
         meta.update(
             {
                 "source_id": doc_meta.get("source_id"),
@@ -288,7 +300,7 @@ class SQLiteDocStore(BaseStore[str, Document]):
         with self.db.write() as conn:
             keys = [k for k, _ in key_value_pairs]
             self._delete(conn, keys)
-            conn.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?)", slices)
+            conn.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?)", sorted(slices))
             conn.executemany(
                 "INSERT INTO docs VALUES (?, ?, ?)",
                 [(k, d.page_content, _dumps(_whole_meta(d))) for k, d in whole.items()],
