@@ -132,7 +132,7 @@ def _connect(directory: Path) -> Database:
     try:
         return Database(_db_path(directory))
     except sqlite3.Error as err:
-        msg = f"cannot open {_db_path(directory)}: {err}"
+        msg = f"{_db_path(directory)} is not an s2b index database ({err})"
         raise UserError(msg) from None
 
 
