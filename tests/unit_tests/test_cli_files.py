@@ -115,7 +115,9 @@ class TestMirror:
         )
         assert len(counting.texts) == 6  # nothing embedded again
         found = _sources(capsys, store, "zebras lions owls stripes roar fly")
-        assert sorted(found) == sorted(str(p) for p in (moved / "zebra.txt", moved / "lion.md", moved / "sub" / "owl.txt"))
+        assert sorted(found) == sorted(
+            str(p) for p in (moved / "zebra.txt", moved / "lion.md", moved / "sub" / "owl.txt")
+        )
         code, out, _ = _run(capsys, "verify", "--store", str(store))
         assert out.endswith("\nok\n")
 
@@ -151,7 +153,8 @@ def _pdf(pages: list[str]) -> bytes:
         kids.append(f"{page_no} 0 R")
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {content_no} 0 R "
-            "/Resources << /Font << /F1 << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> >> >> >>"
+            "/Resources << /Font << /F1 << /Type /Font /Subtype /Type1 "
+            "/BaseFont /Helvetica >> >> >> >>"
         )
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream.decode()}\nendstream")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(pages)} >>"
@@ -162,7 +165,9 @@ def _pdf(pages: list[str]) -> bytes:
     xref = len(out)
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     out += "".join(f"{o:010d} 00000 n \n" for o in offsets).encode()
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
     return out
 
 
@@ -184,15 +189,25 @@ class TestFormats:
         code, out, _ = _run(capsys, "query", "walruses", "--store", str(store), "--json", "-k", "1")
         top = json.loads(out)["results"][0]
         assert top["metadata"]["title"] == "guide"
-        code, out, _ = _run(capsys, "query", "penguins swim", "--store", str(store), "--json", "-k", "1")
+        code, out, _ = _run(
+            capsys, "query", "penguins swim", "--store", str(store), "--json", "-k", "1"
+        )
         top = json.loads(out)["results"][0]
         assert top["metadata"]["title"] == "Penguins & friends"
         assert top["text"] == "Penguins\nPenguins swim <fast>."
-        code, out, _ = _run(capsys, "query", "kangaroos jump", "--store", str(store), "--json", "-k", "1")
+        code, out, _ = _run(
+            capsys, "query", "kangaroos jump", "--store", str(store), "--json", "-k", "1"
+        )
         top = json.loads(out)["results"][0]
-        assert (top["text"], top["metadata"]["page"], top["metadata"]["pages"]) == ("Kangaroos jump far.", 2, 2)
+        assert (top["text"], top["metadata"]["page"], top["metadata"]["pages"]) == (
+            "Kangaroos jump far.",
+            2,
+            2,
+        )
         assert top["metadata"]["source_id"] == f"{docs / 'paper.pdf'}#page=2"
-        code, out, _ = _run(capsys, "query", "badgers dig", "--store", str(store), "--json", "-k", "1")
+        code, out, _ = _run(
+            capsys, "query", "badgers dig", "--store", str(store), "--json", "-k", "1"
+        )
         top = json.loads(out)["results"][0]
         assert (top["text"], top["metadata"]["start"]) == ("Badgers dig setts.\n", 0)
         code, out, _ = _run(capsys, "query", "kangaroos jump", "--store", str(store), "-k", "1")

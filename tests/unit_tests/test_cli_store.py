@@ -32,7 +32,9 @@ def fake_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
 def _articles() -> list[Document]:
     with (DATA / "articles.jsonl").open() as fh:
         rows = [json.loads(line) for line in fh]
-    return [Document(page_content=r["text"], metadata={"title": r["title"]}, id=r["id"]) for r in rows]
+    return [
+        Document(page_content=r["text"], metadata={"title": r["title"]}, id=r["id"]) for r in rows
+    ]
 
 
 def _s2b(*argv: str) -> subprocess.Popen[str]:
@@ -54,9 +56,7 @@ def _corpus(root: Path, name: str, sentences: list[str]) -> Path:
 
 
 class TestDocStore:
-    def test_nodes_come_back_exactly_as_an_in_memory_store_holds_them(
-        self, tmp_path: Path
-    ) -> None:
+    def test_nodes_come_back_exactly_as_an_in_memory_store_holds_them(self, tmp_path: Path) -> None:
         db = Database(tmp_path / "x.sqlite")
         db.create_tables()
         docs = _articles()
@@ -66,7 +66,9 @@ class TestDocStore:
         )
         memory.add_documents(docs)
         sqlite = SQLiteDocStore(db)
-        on_disk = SmallToBigRetriever(vectorstore=FaissIndex(emb), docstore=sqlite, mode="multilevel")
+        on_disk = SmallToBigRetriever(
+            vectorstore=FaissIndex(emb), docstore=sqlite, mode="multilevel"
+        )
         on_disk.add_documents(docs)
         keys = sorted(memory.docstore.yield_keys())
         assert sorted(sqlite.yield_keys()) == keys
@@ -90,9 +92,14 @@ class TestDocStore:
         db = Database(tmp_path / "x.sqlite")
         db.create_tables()
         store = SQLiteDocStore(db)
-        with pytest.raises(RuntimeError), db.write():
-            store.mset([("a", Document(page_content="a"))])
-            raise RuntimeError
+
+        def fail_after_writing() -> None:
+            with db.write():
+                store.mset([("a", Document(page_content="a"))])
+                raise RuntimeError
+
+        with pytest.raises(RuntimeError):
+            fail_after_writing()
         assert list(store.yield_keys()) == []
 
     def test_vectors_are_embedded_once_per_distinct_text(self, tmp_path: Path) -> None:
@@ -122,7 +129,7 @@ class TestOnDisk:
         store = tmp_path / "s"
         assert main(["index", str(DATA / "articles.jsonl"), "--store", str(store)]) == 0
         text = sum(len(d.page_content.encode()) for d in _articles())
-        with _db(store) as db:
+        with _DB(store) as db:
             vectors = db.conn.execute("SELECT sum(length(vec)) FROM vectors").fetchone()[0]
         assert vectors == 579 * 256 * 4  # 579 sentences, 256 float32 each (the fake model)
         size = (store / "s2b.sqlite").stat().st_size
@@ -150,12 +157,14 @@ def _reference_docs() -> list[Document]:
     with (DATA / "articles.jsonl").open() as fh:
         rows = [json.loads(line) for line in fh]
     return [
-        Document(page_content=r["text"], metadata={k: v for k, v in r.items() if k != "text"}, id=r["id"])
+        Document(
+            page_content=r["text"], metadata={k: v for k, v in r.items() if k != "text"}, id=r["id"]
+        )
         for r in rows
     ]
 
 
-class _db:
+class _DB:
     def __init__(self, store: Path) -> None:
         self.db = Database(store / "s2b.sqlite")
 
@@ -196,7 +205,10 @@ class TestConcurrency:
         a = _corpus(tmp_path, "a", [f"Alpha fact number {i} about zebras." for i in range(30)])
         b = _corpus(tmp_path, "b", [f"Beta fact number {i} about lions." for i in range(30)])
         store = tmp_path / "s"
-        runs = [_s2b("index", str(a), "--store", str(store)), _s2b("index", str(b), "--store", str(store))]
+        runs = [
+            _s2b("index", str(a), "--store", str(store)),
+            _s2b("index", str(b), "--store", str(store)),
+        ]
         for run in runs:
             _, err = run.communicate(timeout=300)
             assert run.returncode == 0, err
