@@ -90,7 +90,7 @@ def _walk(root: Path, found: Found, skip: Path | None) -> None:
         if skip is not None and (here == skip or skip in here.parents):
             dirs[:] = []
             continue
-        hidden_dirs = [d for d in dirs if d.startswith(".")]
+        hidden_dirs = [d for d in dirs if d.startswith(".") and here / d != skip]
         for name in hidden_dirs:
             found.hidden += sum(len(files) for _, _, files in os.walk(here / name))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))

@@ -197,7 +197,7 @@ class SQLiteDocStore(BaseStore[str, Document]):
         key: str, doc: Document, source: tuple[str, dict[str, Any]] | None
     ) -> tuple[int, int, str] | None:
         """``(start, end, own metadata)`` when ``doc`` is a slice of its source, else None."""
-        if source is None or doc.id not in (None, key):
+        if source is None or doc.id != key:
             return None
         meta = doc.metadata
         start, end = meta.get("start"), meta.get("end")
@@ -225,16 +225,13 @@ class SQLiteDocStore(BaseStore[str, Document]):
             own[_SHARED] = 1
         short = {_SHORT.get(k, k): v for k, v in own.items()}
         row = (start, end, _dumps(short).replace(f'"{parts.source_key}/', _OWN_KEY))
-        if SQLiteDocStore._decode_slice(key, row, source, doc.id) != doc:
-            return None
+        if SQLiteDocStore._decode_slice(key, row, source) != doc:
+            return None  # it would not come back equal: keep it whole
         return row
 
     @staticmethod
     def _decode_slice(
-        key: str,
-        row: tuple[int, int, str],
-        source: tuple[str, dict[str, Any]],
-        doc_id: str | None = "",
+        key: str, row: tuple[int, int, str], source: tuple[str, dict[str, Any]]
     ) -> Document:
         start, end, own_json = row
         text, doc_meta = source
@@ -258,9 +255,7 @@ class SQLiteDocStore(BaseStore[str, Document]):
             }
         )
         meta.update(own)
-        return Document(
-            page_content=text[start:end], metadata=meta, id=key if doc_id == "" else doc_id
-        )
+        return Document(page_content=text[start:end], metadata=meta, id=key)
 
     def _sources(
         self, keys: Iterable[str], batch: dict[str, tuple[str, dict[str, Any]]] | None = None
@@ -277,7 +272,8 @@ class SQLiteDocStore(BaseStore[str, Document]):
     # BaseStore ------------------------------------------------------------------------
 
     def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
-        """Store documents: slices of a source as spans, the rest whole."""
+        """Store documents: slices of a source as spans, the rest whole (last pair wins)."""
+        key_value_pairs = list(dict(key_value_pairs).items())
         whole: dict[str, Document] = {}
         batch: dict[str, tuple[str, dict[str, Any]]] = {}
         for key, doc in key_value_pairs:

@@ -105,7 +105,7 @@ class TestIndex:
         capsys.readouterr()
         code, out, _ = _run(capsys, "index", str(corpus), "--store", str(inner))
         assert code == 0
-        assert out.startswith("nothing to do: all 3 file(s)")
+        assert out == f"nothing to do: all 3 file(s) unchanged in {inner}\n"  # none hidden
 
     def test_progress_bar_only_on_a_terminal(
         self, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys

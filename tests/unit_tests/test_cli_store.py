@@ -88,6 +88,25 @@ class TestDocStore:
             None,
         ]
 
+    def test_what_would_not_come_back_equal_is_kept_whole(self, tmp_path: Path) -> None:
+        db = Database(tmp_path / "x.sqlite")
+        db.create_tables()
+        store = SQLiteDocStore(db)
+        source = Document(page_content="Hello world.", metadata={"source_id": "s"}, id="s/doc/0")
+        span = {"source_id": "s", "source_key": "s", "level": "sentence", "split_id": 0}
+        span |= {"start": 0, "end": 5, "split_idx_start": 0}
+        sliced = Document(page_content="Hello", metadata=span, id="s/sentence/0")
+        no_id = Document(page_content="Hello", metadata=span)
+        store.mset([("s/doc/0", source), ("s/sentence/0", sliced), ("s/sentence/1", no_id)])
+        store.mset([("k", Document(page_content="first")), ("k", Document(page_content="last"))])
+        assert store.mget(["s/sentence/0", "s/sentence/1", "k"]) == [
+            sliced,
+            no_id,
+            Document(page_content="last"),
+        ]
+        rows = db.conn.execute("SELECT key FROM nodes").fetchall()
+        assert rows == [("s/sentence/0",)]  # the slice; the others are whole rows
+
     def test_a_failed_transaction_leaves_nothing(self, tmp_path: Path) -> None:
         db = Database(tmp_path / "x.sqlite")
         db.create_tables()
