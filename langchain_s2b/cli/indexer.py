@@ -192,7 +192,7 @@ def _read_changed(
             )
             continue
         try:
-            docs = read_documents(path, data)
+            docs = [doc for doc in read_documents(path, data) if doc.page_content.strip()]
             check_unique(docs)
         except SkippedFile as err:
             _skip(outcome, key, str(err), strict, on_skip)

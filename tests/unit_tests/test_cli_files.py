@@ -181,7 +181,8 @@ class TestFormats:
             b"<body><h1>Penguins</h1><script>alert(1)</script><p>Penguins swim &lt;fast&gt;.</p>"
             b"</body></html>"
         )
-        (docs / "paper.pdf").write_bytes(_pdf(["Koalas sleep all day.", "Kangaroos jump far."]))
+        pages = ["Koalas sleep all day.", "Kangaroos jump far.", ""]  # the last has no text
+        (docs / "paper.pdf").write_bytes(_pdf(pages))
         (docs / "bom.txt").write_bytes("\ufeffBadgers dig setts.\n".encode())
         code, out, err = _run(capsys, "index", str(docs), "--store", str(store))
         assert (code, err) == (0, "")
@@ -202,7 +203,7 @@ class TestFormats:
         assert (top["text"], top["metadata"]["page"], top["metadata"]["pages"]) == (
             "Kangaroos jump far.",
             2,
-            2,
+            3,
         )
         assert top["metadata"]["source_id"] == f"{docs / 'paper.pdf'}#page=2"
         code, out, _ = _run(
@@ -212,6 +213,10 @@ class TestFormats:
         assert (top["text"], top["metadata"]["start"]) == ("Badgers dig setts.\n", 0)
         code, out, _ = _run(capsys, "query", "kangaroos jump", "--store", str(store), "-k", "1")
         assert out.splitlines()[0].split("  ")[2:4] == ["paper", "page 2"]
+        code, out, _ = _run(capsys, "list", "--store", str(store))
+        assert f"{docs / 'paper.pdf'}  2 document(s), 2 chunk(s)" in out.splitlines()
+        code, out, _ = _run(capsys, "verify", "--store", str(store))
+        assert (code, out.splitlines()[-1]) == (0, "ok")
 
 
 class TestInterrupt:
