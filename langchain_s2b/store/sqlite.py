@@ -49,9 +49,9 @@ _CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS docs (key TEXT PRIMARY KEY, text TEXT NOT NULL, meta TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS docs (key TEXT PRIMARY KEY, text BLOB NOT NULL, meta BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
-    key TEXT PRIMARY KEY, start INTEGER NOT NULL, stop INTEGER NOT NULL, meta TEXT NOT NULL
+    key TEXT PRIMARY KEY, start INTEGER NOT NULL, stop INTEGER NOT NULL, meta BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS vectors (
     id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, vec BLOB NOT NULL
@@ -168,6 +168,15 @@ _SHORT = {"parent_id": "p", "ancestors": "a", "children": "c", "source_splits": 
 _LONG = {v: k for k, v in _SHORT.items()}
 
 
+def _enc(text: str) -> bytes:
+    """UTF-8 bytes for a BLOB column (lone surrogates survive, as in any Python str)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _dec(data: bytes) -> str:
+    return bytes(data).decode("utf-8", "surrogatepass")
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -266,7 +275,7 @@ class SQLiteDocStore(BaseStore[str, Document]):
         for part in chunks(wanted):
             sql = f"SELECT key, text, meta FROM docs WHERE key IN ({_marks(len(part))})"  # noqa: S608
             for key, text, meta in self.db.conn.execute(sql, part):
-                found[key] = (text, json.loads(meta)["m"])
+                found[key] = (_dec(text), json.loads(_dec(meta))["m"])
         return found
 
     # BaseStore ------------------------------------------------------------------------
@@ -296,10 +305,13 @@ class SQLiteDocStore(BaseStore[str, Document]):
         with self.db.write() as conn:
             keys = [k for k, _ in key_value_pairs]
             self._delete(conn, keys)
-            conn.executemany("INSERT INTO nodes VALUES (?, ?, ?, ?)", sorted(slices))
+            conn.executemany(
+                "INSERT INTO nodes VALUES (?, ?, ?, ?)",
+                [(k, a, b, _enc(m)) for k, a, b, m in sorted(slices)],
+            )
             conn.executemany(
                 "INSERT INTO docs VALUES (?, ?, ?)",
-                [(k, d.page_content, _dumps(_whole_meta(d))) for k, d in whole.items()],
+                [(k, _enc(d.page_content), _enc(_dumps(_whole_meta(d)))) for k, d in whole.items()],
             )
 
     def mget(self, keys: Sequence[str]) -> list[Document | None]:
@@ -312,11 +324,11 @@ class SQLiteDocStore(BaseStore[str, Document]):
             for part in chunks(unique):
                 sql = f"SELECT key, start, stop, meta FROM nodes WHERE key IN ({_marks(len(part))})"  # noqa: S608
                 for key, start, stop, meta in conn.execute(sql, part):
-                    rows[key] = (start, stop, meta)
+                    rows[key] = (start, stop, _dec(meta))
                 rest = [k for k in part if k not in rows]
                 sql = f"SELECT key, text, meta FROM docs WHERE key IN ({_marks(len(rest))})"  # noqa: S608
                 for key, text, meta in conn.execute(sql, rest) if rest else ():
-                    found[key] = _whole_doc(key, text, meta)
+                    found[key] = _whole_doc(key, _dec(text), _dec(meta))
             sources = self._sources({node_key(source_key_of(k), DOC_LEVEL, 0) for k in rows})
         for key, row in rows.items():
             source = sources.get(node_key(source_key_of(key), DOC_LEVEL, 0))

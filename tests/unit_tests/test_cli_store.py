@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from langchain_core.documents import Document
 from langchain_core.stores import InMemoryStore
+from langchain_tests.integration_tests import BaseStoreSyncTests
 
 from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli.commands import main
@@ -261,3 +262,24 @@ class TestConcurrency:
         reader = _s2b("query", "zebras stripes", "--store", str(store), "--json")
         out, _ = reader.communicate(timeout=120)
         assert [r["text"] for r in json.loads(out)["results"]] == ["Lions roar."]
+
+
+VALUES = (
+    Document("foo", metadata={"n": 1, "tags": ["a", "b"]}, id="k/child/0"),
+    Document("bar \u05e9\u05dc\u05d5\u05dd \x00 \ud800", metadata={"t": "\ud800"}, id=None),
+    Document("", metadata={"nested": {"x": [1.5, None, True]}}, id="k/doc/0"),
+)
+
+
+class TestSQLiteDocStoreSuite(BaseStoreSyncTests[Document]):
+    """LangChain's standard store suite against the s2b docstore."""
+
+    @pytest.fixture
+    def kv_store(self, tmp_path: Path) -> SQLiteDocStore:
+        db = Database(tmp_path / "suite.sqlite")
+        db.create_tables()
+        return SQLiteDocStore(db)
+
+    @pytest.fixture
+    def three_values(self) -> tuple[Document, Document, Document]:
+        return VALUES
