@@ -180,14 +180,20 @@ def open_store(directory: Path, wanted: str | None = None) -> Store:
 def open_or_create(directory: Path, wanted: str | None) -> Store:
     """Open the index in ``directory``, creating it (call under the writer lock)."""
     if _db_path(directory).exists():
-        return open_store(directory, wanted)
-    _check_directory(directory, creating=True)
+        db = _connect(directory)
+        started = db.has_tables()
+        db.close()
+        if started:
+            return open_store(directory, wanted)
+        # else: a first run died before its first commit; start again (we hold the lock)
+    else:
+        _check_directory(directory, creating=True)
     spec = models.parse_spec(wanted or models.DEFAULT)
     models.make_embedding(spec)  # fail before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     db = _connect(directory)
-    db.create_tables(_FILES_TABLE)
-    with db.write():
+    with db.write():  # tables and settings in one transaction: a reader sees both or neither
+        db.create_tables(_FILES_TABLE)
         for name, value in (
             ("format", FORMAT),
             ("format_version", FORMAT_VERSION),

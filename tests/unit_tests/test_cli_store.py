@@ -283,3 +283,19 @@ class TestSQLiteDocStoreSuite(BaseStoreSyncTests[Document]):
     @pytest.fixture
     def three_values(self) -> tuple[Document, Document, Document]:
         return VALUES
+
+
+def test_a_first_run_that_died_before_its_first_commit_is_started_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "s"
+    store.mkdir()
+    Database(store / "s2b.sqlite").close()  # the file exists, no table was committed
+    (tmp_path / "a.txt").write_text("Zebras have stripes.\n")
+    assert main(["query", "q", "--store", str(store)]) == 1
+    assert capsys.readouterr().err == (
+        f"s2b: error: {store / 's2b.sqlite'} is empty: the first s2b index run into it "
+        "has not finished\n"
+    )
+    assert main(["index", str(tmp_path / "a.txt"), "--store", str(store)]) == 0
+    assert capsys.readouterr().out.startswith(f"indexed 1 file(s) into {store}: 1 added")
