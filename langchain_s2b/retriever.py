@@ -25,7 +25,7 @@ from langchain_core.runnables.config import get_config_list
 from langchain_core.stores import BaseStore, InMemoryStore
 from langchain_core.tools import BaseTool
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from typing_extensions import Self
 
 from langchain_s2b import callbacks, tools
@@ -123,7 +123,7 @@ class SmallToBigRetriever(BaseRetriever):
     window_after: int | None = Field(default=None, ge=0)
     """Neighbours after a hit (overrides ``window_size`` on that side)."""
     coalesce: bool = True
-    """Merge windows of one source that overlap or touch."""
+    """Windows of one source never share a split: a hit inside a better window joins it."""
     max_tokens: int | None = Field(default=None, gt=0)
     """Token budget for all results together (estimated offline, 4 chars/token)."""
     margin: float = Field(default=0.1, ge=0)
@@ -137,6 +137,25 @@ class SmallToBigRetriever(BaseRetriever):
 
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _io: Runner = PrivateAttr()
+
+    def __init__(self, **data: Any) -> None:
+        unknown = sorted(set(data) - set(type(self).model_fields))
+        if unknown:
+            msg = (
+                f"Unknown SmallToBigRetriever option(s) {unknown}; allowed: "
+                f"{sorted(type(self).model_fields)} (per-call defaults go in search_kwargs=)."
+            )
+            raise ValueError(msg)
+        if data.get("byte_store") is not None and data.get("docstore") is not None:
+            msg = (
+                "Pass docstore= (a BaseStore of Documents) or byte_store= (a BaseStore of "
+                "bytes, stored through the JSON codec), not both."
+            )
+            raise ValueError(msg)
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise ValueError(_one_line(err)) from None
 
     @model_validator(mode="after")
     def _setup(self) -> Self:
@@ -176,15 +195,23 @@ class SmallToBigRetriever(BaseRetriever):
     def add_documents(
         self, documents: Sequence[Document], ids: Sequence[str] | None = None
     ) -> IndexingResult:
-        """Split, embed and store documents; unchanged sources are skipped."""
-        return self._io.drive(lifecycle.add(self._lifecycle_config(), documents, ids), write=True)
+        """Split, embed and store documents; unchanged sources are skipped.
+
+        All or nothing: when a call fails (the embedding, a store), every source
+        keeps the version it had. The embedding runs before the write lock is
+        taken, so queries do not wait for it.
+        """
+        config = self._lifecycle_config()
+        staged = self._io.drive(lifecycle.stage(config, documents, ids), locked=False)
+        return self._io.drive(lifecycle.commit(config, staged), write=True)
 
     async def aadd_documents(
         self, documents: Sequence[Document], ids: Sequence[str] | None = None
     ) -> IndexingResult:
         """Async :meth:`add_documents`."""
-        gen = lifecycle.add(self._lifecycle_config(), documents, ids)
-        return await self._io.adrive(gen, write=True)
+        config = self._lifecycle_config()
+        staged = await self._io.adrive(lifecycle.stage(config, documents, ids), locked=False)
+        return await self._io.adrive(lifecycle.commit(config, staged), write=True)
 
     def delete(self, source_ids: Sequence[str]) -> list[str]:
         """Remove sources from both stores; returns the ids that existed."""
@@ -209,6 +236,7 @@ class SmallToBigRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        _check_query(query)
         docs = self._io.drive(retrieve(query, self._params(kwargs), self.on_missing))
         callbacks.emit(run_manager, docs)
         return docs
@@ -216,6 +244,7 @@ class SmallToBigRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        _check_query(query)
         docs = await self._io.adrive(retrieve(query, self._params(kwargs), self.on_missing))
         await callbacks.aemit(run_manager, docs)
         return docs
@@ -237,6 +266,7 @@ class SmallToBigRetriever(BaseRetriever):
             return super().as_tool(
                 args_schema, name=name, description=description, arg_types=arg_types
             )
+        self._params({k: v for k, v in retrieval_kwargs.items() if k != "max_chars"})
         return tools.as_tool(
             self,
             name or tools.DEFAULT_TOOL_NAME,
@@ -374,4 +404,23 @@ class SmallToBigRetriever(BaseRetriever):
 
     def _retrievals(self, inputs: list[str], kwargs: dict[str, Any]) -> list[Op[list[Document]]]:
         params = self._params(kwargs)
+        for query in inputs:
+            _check_query(query)
         return [retrieve(query, params, self.on_missing) for query in inputs]
+
+
+def _check_query(query: Any) -> None:
+    if not isinstance(query, str):
+        msg = f"A query must be a string; got {type(query).__name__} ({query!r:.60})."
+        raise TypeError(msg)
+
+
+def _one_line(err: ValidationError) -> str:
+    """A pydantic error as one line per problem: ``field: what is wrong (got value)``."""
+    parts = []
+    for problem in err.errors():
+        where = ".".join(str(p) for p in problem["loc"])
+        what = str(problem["msg"]).removeprefix("Value error, ")
+        got = "" if problem["type"] == "value_error" else f" (got {problem.get('input')!r:.60})"
+        parts.append(f"{where}: {what}{got}" if where else what)
+    return f"SmallToBigRetriever: {'; '.join(parts)}"

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real servers that ``.ci/servers.sh start`` runs on loopback.
+"""Shared fixtures: hypothesis profiles, and the real servers that ``.ci/servers.sh start`` runs.
 
 A server's URL comes from the environment or from ``.ci/servers.env``. When a
 server is absent its tests are skipped, except under ``CI=true``, where they
@@ -13,6 +13,20 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis profiles: "ci" (selected when the CI variable is set, as .ci/run does) runs the
+# differential tests 500 times each; "dev" keeps a local run short. Tests that set their own
+# max_examples keep it.
+settings.register_profile(
+    "ci", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 SERVERS_ENV = Path(__file__).resolve().parents[1] / ".ci" / "servers.env"
 

@@ -1,7 +1,12 @@
-"""Metadata filters: Mongo-style dicts (``{"year": {"$gte": 2020}}``) or callables.
+"""Metadata filters: the one meaning of ``filter=``, a Mongo-style metadata dict.
 
-Used by :class:`~langchain_s2b.store.faiss_index.FaissIndex`, which post-filters its
-search results (FAISS itself has no metadata).
+``{"year": {"$gte": 2020}, "lang": {"$in": ["en", "fr"]}}``: fields compare
+with ``$eq $ne $gt $gte $lt $lte $in $nin`` (a bare value means ``$eq``) and
+combine with ``$and $or $not``. A callable on the metadata dict is accepted too
+by the in-memory indexes. :class:`~langchain_s2b.store.faiss_index.FaissIndex`
+evaluates it after its search (FAISS has no metadata);
+:func:`~langchain_s2b.store.child_index.native_filter` translates it for other
+child indexes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,16 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "$in": lambda value, options: value in options,
     "$nin": lambda value, options: value not in options,
 }
+
+
+def check_filter(flt: Any) -> None:
+    """Raise ``ValueError`` unless ``flt`` is ``None``, a dict or a callable."""
+    if flt is not None and not isinstance(flt, dict) and not callable(flt):
+        msg = (
+            "filter must be a metadata dict such as {'year': {'$gte': 2020}} "
+            f"(or a callable on the metadata dict); got {type(flt).__name__}."
+        )
+        raise ValueError(msg)
 
 
 def matches_filter(metadata: dict[str, Any], flt: Filter | None) -> bool:

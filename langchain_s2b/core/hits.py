@@ -83,12 +83,16 @@ def hit_from_metadata(
 
 
 def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
-    """One hit per key (its best score), best first; ties by key (engine-independent)."""
+    """One hit per key (its best score), best first.
+
+    Ties go in document order (source key, then split id), whatever order the
+    engine returned them in.
+    """
     best: dict[str, Hit] = {}
     for hit in hits:
         if hit.key not in best or hit.score > best[hit.key].score:
             best[hit.key] = hit
-    return sorted(best.values(), key=lambda h: (-h.score, h.key))
+    return sorted(best.values(), key=lambda h: (-h.score, h.source_key, h.split_id))
 
 
 @dataclass
@@ -112,8 +116,8 @@ class Group:
 
 
 def rank(groups: Sequence[Group]) -> list[Group]:
-    """Best score first; ties by first key (engine-independent)."""
-    return sorted(groups, key=lambda g: (-g.score, g.keys[0] if g.keys else g.source_key))
+    """Best score first; ties in document order (source key, then start)."""
+    return sorted(groups, key=lambda g: (-g.score, g.source_key, g.start))
 
 
 def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,12 @@
 A source's identity is, in this order: the ``ids`` passed to ``add_documents``,
 the configured metadata field(s), ``Document.id``, or else a hash of its
 content (so re-adding the same text is a no-op, but an edit is a new source).
+
+Each written version of a source is a generation (see
+:mod:`~langchain_s2b.core.keys`): its nodes live under the generation's key,
+and the manifest, the commit record, names the generation. A source's digest
+covers its text, its metadata, the split configuration and the spans the
+splitters actually produced, so any change of splitting is a change.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from langchain_core.documents import Document
 from langchain_s2b.core.keys import (
     composite_source_id,
     encode_source_key,
+    generation_key,
     level_prefix,
     manifest_key,
 )
@@ -89,6 +96,7 @@ def identify(
         if given is not None and (not isinstance(given, str) or not given):
             msg = f"ids[{i}] must be a non-empty string; got {given!r}."
             raise ValueError(msg)
+        _check_json_metadata(doc, i)
         sid = source_id_of(doc, given, fields)
         if sid in seen:
             msg = f"Source id {sid!r} appears twice in one call; each source must be unique."
@@ -96,6 +104,19 @@ def identify(
         seen.add(sid)
         sources.append(Source(sid, encode_source_key(sid), doc, digest(doc, config)))
     return sources
+
+
+def _check_json_metadata(doc: Document, position: int) -> None:
+    """Metadata must be plain JSON: it is stored on every node and saved without pickle."""
+    try:
+        json.dumps(doc.metadata, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        name = f"id={doc.id!r}" if doc.id else f"#{position} ({doc.page_content[:30]!r})"
+        msg = (
+            f"Document {name} has metadata that is not JSON-serialisable ({err}); use str, int, "
+            "float, bool, None, and lists and dicts of them (e.g. a date as an ISO string)."
+        )
+        raise ValueError(msg) from None
 
 
 def digest(doc: Document, config: str) -> str:
@@ -108,34 +129,61 @@ def digest(doc: Document, config: str) -> str:
     return h.hexdigest()
 
 
-def manifest_document(source: Source, tree: Tree) -> Document:
+def tree_digest(source: Source, tree: Tree) -> str:
+    """The source's digest combined with the spans its tree holds (re-split and compare)."""
+    h = hashlib.sha256(source.digest.encode("ascii"))
+    for level in tree.levels:
+        spans = [(node.start, node.end) for node in tree.nodes[level]]
+        h.update(json.dumps([level, spans]).encode("ascii"))
+    return h.hexdigest()
+
+
+def manifest_document(source: Source, tree: Tree, generation: int = 0) -> Document:
     """The manifest: enough to enumerate every key the source produced."""
     counts = {level: len(nodes) for level, nodes in tree.nodes.items()}
     meta = {
         "version": MANIFEST_VERSION,
         "source_id": source.source_id,
         "source_key": source.source_key,
-        "digest": source.digest,
+        "generation": generation,
+        "digest": tree_digest(source, tree),
         "levels": tree.levels,
         "counts": counts,
     }
     return Document(page_content="", metadata=meta, id=manifest_key(source.source_key))
 
 
-def manifest_keys(manifest: Document) -> list[str]:
-    """Every key a manifest's source wrote, the manifest's own last."""
+def generation_of(manifest: Document) -> int:
+    """The generation a manifest names (``0`` for manifests written before generations)."""
+    generation = manifest.metadata.get("generation", 0)
+    return int(generation)
+
+
+def nodes_key(manifest: Document) -> str:
+    """The key under which a manifest's generation keeps its nodes."""
+    return generation_key(manifest.metadata["source_key"], generation_of(manifest))
+
+
+def node_keys(manifest: Document) -> list[str]:
+    """Every node key of a manifest's generation (the manifest's own key not included)."""
     meta = manifest.metadata
+    base = nodes_key(manifest)
     keys: list[str] = []
     for level, count in meta["counts"].items():
-        prefix = level_prefix(meta["source_key"], level)
+        prefix = level_prefix(base, level)
         keys.extend(f"{prefix}{i}" for i in range(int(count)))
-    return [*keys, manifest_key(meta["source_key"])]
+    return keys
+
+
+def manifest_keys(manifest: Document) -> list[str]:
+    """Every key a manifest's source wrote, the manifest's own last."""
+    return [*node_keys(manifest), manifest_key(manifest.metadata["source_key"])]
 
 
 def leaf_keys(manifest: Document) -> list[str]:
     """The keys of a manifest's embedded (finest) level."""
     meta = manifest.metadata
-    prefix = level_prefix(meta["source_key"], meta["levels"][0])
+    prefix = level_prefix(nodes_key(manifest), meta["levels"][0])
     return [f"{prefix}{i}" for i in range(int(meta["counts"][meta["levels"][0]]))]
 
 
@@ -149,10 +197,14 @@ class Prepared:
     manifest: Document
 
 
-def prepare(source: Source, levels: Sequence[Level]) -> Prepared:
-    """Split one source into leaf documents (to embed) and node documents (to store)."""
+def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Prepared:
+    """Split one source into leaf documents (to embed) and node documents (to store).
+
+    The nodes are keyed under generation ``generation`` of the source.
+    """
     text = source.doc.page_content
-    tree = build_tree(text, source.source_key, levels)
+    base = generation_key(source.source_key, generation)
+    tree = build_tree(text, base, levels)
     user = dict(source.doc.metadata)
     n_leaves = len(tree.leaves)
     nodes: list[tuple[str, Document]] = []
@@ -162,7 +214,7 @@ def prepare(source: Source, levels: Sequence[Level]) -> Prepared:
             meta = {
                 **user,
                 "source_id": source.source_id,
-                "source_key": source.source_key,
+                "source_key": base,
                 "level": node.level,
                 "split_id": node.split_id,
                 "start": node.start,
@@ -180,7 +232,7 @@ def prepare(source: Source, levels: Sequence[Level]) -> Prepared:
             nodes.append((node.key, doc))
             if is_leaf:
                 leaves.append(doc)
-    return Prepared(source, leaves, nodes, manifest_document(source, tree))
+    return Prepared(source, leaves, nodes, manifest_document(source, tree, generation))
 
 
 def is_empty(source: Source) -> bool:

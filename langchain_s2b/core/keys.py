@@ -9,6 +9,13 @@ writes every other UTF-8 byte as ``.xx`` (lower-case hex), so an encoded key
 never holds ``/`` and no path component is ``.`` or ``..``. Very long ids are
 hashed.
 
+Every written version of a source is a *generation* (copy-on-write): the
+first (generation 0) lives under the source key itself, a later generation
+``n`` under ``<source-key>.g<n>``. Encoding never writes ``.g`` (it writes
+other bytes as ``.xx`` with lower-case hex digits, and hashed keys are hex), so
+a generation key can not collide with any encoded id and stays store-safe.
+The manifest at ``<source-key>/manifest`` names the current generation.
+
 A source id made of several metadata fields (a composite id) joins their
 values with ``|``, escaping ``\`` and ``|`` inside a value, so two different
 tuples of values never give the same id.
@@ -26,6 +33,8 @@ _SAFE = re.compile(r"[A-Za-z0-9_-]")
 _MAX_KEY_CHARS = 160
 _HASHED_PREFIX = "h-"
 _LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_GENERATION = ".g"
+_GENERATION_KEY = re.compile(r"^(?P<base>[^/]+?)\.g(?P<n>[1-9][0-9]*)$")
 
 
 class NodeKey(NamedTuple):
@@ -53,6 +62,22 @@ def encode_source_key(source_id: str) -> str:
         digest = hashlib.sha256(source_id.encode("utf-8", "surrogatepass")).hexdigest()
         return f"{_HASHED_PREFIX}{digest[:40]}"
     return encoded
+
+
+def generation_key(source_key: str, generation: int) -> str:
+    """The key under which generation ``generation`` of a source keeps its nodes."""
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        msg = f"A generation must be an integer >= 0; got {generation!r}."
+        raise ValueError(msg)
+    return source_key if generation == 0 else f"{source_key}{_GENERATION}{generation}"
+
+
+def split_generation(node_source_key: str) -> tuple[str, int]:
+    """``(source key, generation)`` of a node's source key (inverse of :func:`generation_key`)."""
+    match = _GENERATION_KEY.match(node_source_key)
+    if match is None:
+        return node_source_key, 0
+    return match["base"], int(match["n"])
 
 
 def composite_source_id(metadata: Mapping[str, Any], fields: Sequence[str]) -> str:

@@ -1,31 +1,45 @@
 """Add and delete sources across both stores, as operations (generators of requests).
 
-Write order makes a source visible only when it is whole: nodes first, then
-the leaf vectors, then the manifest (the commit record). Deletion runs in the
-reverse order. An unchanged source (same manifest digest) is skipped.
+Writing is copy-on-write, in two phases. :func:`stage` splits the sources,
+skips unchanged ones (same digest: text, metadata, split configuration and the
+spans the splitters produced) and embeds the new leaves; it changes nothing, so
+it runs without the write lock and a failed embedding loses nothing.
+:func:`commit` then writes each changed source as a new *generation* (its nodes
+under a generation key, see :mod:`~langchain_s2b.core.keys`): nodes, then the
+leaf vectors, then the manifests (the commit record), and only then removes
+the previous generation. If a write fails before the manifests are in, the
+new generation is removed again and the previous version stays served: one
+call is all or nothing. Deletion removes the manifests first (restoring them
+if removing the leaves fails), then the leaves and the nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.documents import Document
 
 from langchain_s2b.core.budget import estimate_tokens
 from langchain_s2b.core.ingest import (
     IndexingResult,
-    Source,
+    Prepared,
+    generation_of,
     identify,
     is_empty,
     leaf_keys,
-    manifest_keys,
+    node_keys,
     prepare,
 )
 from langchain_s2b.core.keys import encode_source_key, manifest_key
 from langchain_s2b.core.requests import (
     AddLeaves,
+    EmbedLeaves,
     Fetch,
     Op,
     Put,
@@ -33,7 +47,10 @@ from langchain_s2b.core.requests import (
     RemoveLeaves,
     ask,
 )
+from langchain_s2b.core.splitters import describe_splitter
 from langchain_s2b.core.tree import Level
+
+Vectors = list[list[float]]
 
 
 @dataclass
@@ -47,45 +64,271 @@ class Config:
     count_tokens: Callable[[str], int] = estimate_tokens
 
     def fingerprint(self) -> str:
-        """Identifies the split configuration (a change re-indexes sources)."""
-        parts = []
-        for level in self.levels:
-            sp = level.splitter
-            size = getattr(sp, "_chunk_size", None), getattr(sp, "_chunk_overlap", None)
-            parts.append(f"{level.name}:{type(sp).__name__}:{size}")
-        return "|".join(parts)
+        """Identifies the split configuration: every level's name and whole splitter setup.
+
+        Built-in splitters are described by their JSON form; any other
+        ``TextSplitter`` by its class and every setting (the length function
+        included); a plain callable by its name, code, defaults and closure.
+        Where a description can not see a change (a callable that calls
+        something else), the digest of each source still does: it covers the
+        spans the splitters produce, so a source is re-indexed whenever its
+        split changes.
+        """
+        described = [
+            {"level": level.name, "splitter": _splitter_description(level)} for level in self.levels
+        ]
+        text = json.dumps(described, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def add(
-    config: Config, documents: Sequence[Document], ids: Sequence[str] | None
-) -> Op[IndexingResult]:
-    """Upsert sources: skip unchanged, replace changed, add new."""
+def _splitter_description(level: Level) -> Any:
+    spec = describe_splitter(level)
+    if spec.get("kind") != "custom":
+        return spec
+    return describe_object(level.splitter, depth=3)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_MAX_ITEMS = 64
+
+
+def describe_object(obj: Any, depth: int) -> Any:
+    """A JSON-able description of ``obj``'s configuration, ``depth`` levels deep."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if isinstance(obj, list | tuple | set | frozenset | dict) and (
+        depth <= 0 or len(obj) > _MAX_ITEMS
+    ):
+        return {"type": type(obj).__name__, "len": len(obj)}
+    if isinstance(obj, list | tuple | set | frozenset):
+        items = [describe_object(x, depth - 1) for x in obj]
+        return sorted(items, key=str) if isinstance(obj, set | frozenset) else items
+    if isinstance(obj, dict):
+        return {str(k): describe_object(v, depth - 1) for k, v in sorted(obj.items(), key=str)}
+    if isinstance(obj, re.Pattern):
+        return {"regex": obj.pattern, "flags": obj.flags}
+    kind = type(obj)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    code = getattr(obj, "__code__", None)
+    if code is not None:  # a function or lambda: its code says what it does
+        return _describe_function(obj, code, depth)
+    func = getattr(obj, "__func__", None)
+    if func is not None and hasattr(func, "__code__"):  # a bound method
+        return {
+            "method": _describe_function(func, func.__code__, depth),
+            "of": describe_object(getattr(obj, "__self__", None), depth - 1),
+        }
+    if callable(obj) and not hasattr(obj, "__dict__"):  # a builtin such as len
+        return {"callable": f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', obj)}"}
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict) and depth > 0:
+        settings = {k: describe_object(v, depth - 1) for k, v in sorted(state.items())}
+        return {"class": name, "settings": settings}
+    return {"class": name, "repr": _ADDRESS.sub("", repr(obj))[:200]}
+
+
+def _describe_function(func: Any, code: Any, depth: int) -> Any:
+    digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
+    cells = getattr(func, "__closure__", None) or ()
+    closure = []
+    for cell in cells:
+        try:
+            closure.append(describe_object(cell.cell_contents, depth - 1))
+        except ValueError:  # an empty cell
+            closure.append(None)
+    return {
+        "function": f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}",
+        "code": digest,
+        "defaults": describe_object(getattr(func, "__defaults__", None), depth - 1),
+        "closure": closure,
+    }
+
+
+# Adding ---------------------------------------------------------------------------
+
+
+@dataclass
+class Write:
+    """One source to write: its prepared nodes and, once embedded, its leaf vectors."""
+
+    prepared: Prepared
+    generation: int
+    vectors: Vectors | None = None
+
+
+@dataclass
+class Staged:
+    """What :func:`stage` found: the sources to write and what was skipped."""
+
+    writes: list[Write]
+    result: IndexingResult
+    forced: frozenset[str] = frozenset()
+
+
+def stage(
+    config: Config,
+    documents: Sequence[Document],
+    ids: Sequence[str] | None,
+    *,
+    force: Collection[str] = (),
+) -> Op[Staged]:
+    """Split the sources, skip unchanged ones and embed the rest; writes nothing.
+
+    Sources in ``force`` are written even when unchanged (repair).
+    """
     sources = identify(documents, ids, config.source_fields, config.fingerprint())
     result = IndexingResult()
     current = [s for s in sources if not is_empty(s)]
     result.empty = [s.source_id for s in sources if is_empty(s)]
-    old = yield from ask(Fetch([manifest_key(s.source_key) for s in current]))
-    changed: list[Source] = []
-    for source, manifest in zip(current, old, strict=True):
-        if manifest is not None and manifest.metadata.get("digest") == source.digest:
+    manifests = yield from ask(Fetch([manifest_key(s.source_key) for s in current]))
+    writes: list[Write] = []
+    for source, manifest in zip(current, manifests, strict=True):
+        generation = _next_generation(manifest)
+        prepared = prepare(source, config.levels, generation)
+        if source.source_id not in force and _same(manifest, prepared):
             result.unchanged.append(source.source_id)
             continue
-        if manifest is not None:
-            result.updated.append(source.source_id)
-            stale = manifest_keys(manifest)
-            result.deleted_keys += len(stale) - 1
-            yield from _remove(stale, manifest)
-        else:
-            result.added.append(source.source_id)
-        changed.append(source)
-    for source in changed:
-        prepared = prepare(source, config.levels)
         _warn_if_too_long(config, prepared.leaves)
-        yield from ask(Put(prepared.nodes))
-        yield from ask(AddLeaves(prepared.leaves))
-        yield from ask(Put([(str(prepared.manifest.id), prepared.manifest)]))
-        result.num_children += len(prepared.leaves)
+        writes.append(Write(prepared, generation))
+    texts = [leaf.page_content for w in writes for leaf in w.prepared.leaves]
+    if texts:
+        vectors = yield from ask(EmbedLeaves(texts))
+        if vectors is not None:
+            _assign(writes, vectors)
+    return Staged(writes, result, frozenset(force))
+
+
+def commit(config: Config, staged: Staged) -> Op[IndexingResult]:
+    """Write the staged sources (all or nothing), then remove their previous generations.
+
+    Run under the write lock. The manifests are read again: a source another
+    writer changed since :func:`stage` is written after that change.
+    """
+    result = staged.result
+    writes = staged.writes
+    keys = [manifest_key(w.prepared.source.source_key) for w in writes]
+    manifests = (yield from ask(Fetch(keys))) if writes else []
+    todo: list[tuple[Write, Document | None]] = []
+    for write, manifest in zip(writes, manifests, strict=True):
+        sid = write.prepared.source.source_id
+        if sid not in staged.forced and _same(manifest, write.prepared):
+            result.unchanged.append(sid)
+            continue
+        if write.generation != _next_generation(manifest):  # changed since stage
+            write = Write(
+                prepare(write.prepared.source, config.levels, _next_generation(manifest)),
+                _next_generation(manifest),
+                write.vectors,
+            )
+        (result.updated if manifest is not None else result.added).append(sid)
+        todo.append((write, manifest))
+    if not todo:
+        return result
+    yield from _write_all(todo)
+    result.num_children = sum(len(w.prepared.leaves) for w, _ in todo)
+    old = [m for _, m in todo if m is not None]
+    result.deleted_keys = sum(len(node_keys(m)) for m in old)
+    yield from _cleanup(old)
     return result
+
+
+def add(
+    config: Config,
+    documents: Sequence[Document],
+    ids: Sequence[str] | None,
+    *,
+    force: Collection[str] = (),
+) -> Op[IndexingResult]:
+    """Upsert sources in one operation: :func:`stage`, then :func:`commit`."""
+    staged = yield from stage(config, documents, ids, force=force)
+    return (yield from commit(config, staged))
+
+
+def _next_generation(manifest: Document | None) -> int:
+    return 0 if manifest is None else generation_of(manifest) + 1
+
+
+def _same(manifest: Document | None, prepared: Prepared) -> bool:
+    return (
+        manifest is not None
+        and manifest.metadata.get("digest") == (prepared.manifest.metadata["digest"])
+    )
+
+
+def _assign(writes: list[Write], vectors: Vectors) -> None:
+    start = 0
+    for write in writes:
+        end = start + len(write.prepared.leaves)
+        write.vectors = vectors[start:end]
+        start = end
+    if start != len(vectors):
+        msg = f"The embedding returned {len(vectors)} vectors for {start} texts."
+        raise ValueError(msg)
+
+
+def _write_all(todo: list[tuple[Write, Document | None]]) -> Op[None]:
+    """Nodes, leaves, manifests; on a failure, undo what was written and re-raise."""
+    nodes = [pair for w, _ in todo for pair in w.prepared.nodes]
+    leaves = [leaf for w, _ in todo for leaf in w.prepared.leaves]
+    vectors: Vectors | None = [v for w, _ in todo for v in (w.vectors or [])]
+    if any(w.vectors is None for w, _ in todo):
+        vectors = None
+    manifests = [(str(w.prepared.manifest.id), w.prepared.manifest) for w, _ in todo]
+    step = 0
+    try:
+        yield from ask(Put(nodes))
+        step = 1
+        yield from ask(AddLeaves(leaves, vectors))
+        step = 2
+        yield from ask(Put(manifests))
+    except Exception as err:
+        yield from _undo(todo, step, err)
+        raise
+
+
+def _undo(todo: list[tuple[Write, Document | None]], step: int, err: Exception) -> Op[None]:
+    """Put back the previous manifests and remove the new generation's pieces."""
+    try:
+        if step >= 2:
+            restore = [(manifest_key(m.metadata["source_key"]), m) for _, m in todo if m]
+            if restore:
+                yield from ask(Put(restore))
+            fresh = [str(w.prepared.manifest.id) for w, m in todo if m is None]
+            if fresh:
+                yield from ask(Remove(fresh))
+        if step >= 1:
+            yield from ask(RemoveLeaves([str(d.id) for w, _ in todo for d in w.prepared.leaves]))
+        yield from ask(Remove([key for w, _ in todo for key, _ in w.prepared.nodes]))
+    except Exception as undo_err:
+        _warn_undo(err, undo_err)
+
+
+def _warn_undo(err: Exception, undo_err: Exception) -> None:
+    warnings.warn(
+        f"A write failed ({err!r}) and undoing it failed too ({undo_err!r}); the stores "
+        "may disagree until verify(repair=True) runs.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _cleanup(old: list[Document]) -> Op[None]:
+    """Remove previous generations after the commit: leaves first (no longer found)."""
+    if not old:
+        return
+    try:
+        yield from ask(RemoveLeaves([key for m in old for key in leaf_keys(m)]))
+        yield from ask(Remove([key for m in old for key in node_keys(m)]))
+    except Exception as err:
+        warnings.warn(
+            f"The new versions are written, but removing the previous ones failed ({err!r}); "
+            "run verify(repair=True) to remove what is left.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
+# Deleting -------------------------------------------------------------------------
 
 
 def delete(source_ids: Sequence[str]) -> Op[list[str]]:
@@ -95,24 +338,47 @@ def delete(source_ids: Sequence[str]) -> Op[list[str]]:
         raise TypeError(msg)
     keys = [manifest_key(encode_source_key(sid)) for sid in source_ids]
     manifests = yield from ask(Fetch(keys))
-    deleted = []
-    for sid, manifest in zip(source_ids, manifests, strict=True):
-        if manifest is not None:
-            yield from _remove(manifest_keys(manifest), manifest)
-            deleted.append(sid)
-    return deleted
+    found = [(sid, m) for sid, m in zip(source_ids, manifests, strict=True) if m is not None]
+    yield from remove_sources([m for _, m in found])
+    return [sid for sid, _ in found]
 
 
 def remove_source(manifest: Document) -> Op[None]:
     """Remove every key a source's manifest lists, the manifest first."""
-    yield from _remove(manifest_keys(manifest), manifest)
+    yield from remove_sources([manifest])
 
 
-def _remove(keys: list[str], manifest: Document) -> Op[None]:
-    """Remove a source: manifest first (it stops being visible), then the rest."""
-    yield from ask(Remove([keys[-1]]))
-    yield from ask(RemoveLeaves(leaf_keys(manifest)))
-    yield from ask(Remove(keys[:-1]))
+def remove_sources(manifests: list[Document]) -> Op[None]:
+    """Manifests first (the sources stop existing), then their leaves, then their nodes.
+
+    If removing the manifests or the leaves fails, the manifests are put back
+    and the error is raised: the sources stay served.
+    """
+    if not manifests:
+        return
+    pairs = [(manifest_key(m.metadata["source_key"]), m) for m in manifests]
+    try:
+        yield from ask(Remove([key for key, _ in pairs]))
+        yield from ask(RemoveLeaves([key for m in manifests for key in leaf_keys(m)]))
+    except Exception as err:
+        try:
+            yield from ask(Put(pairs))
+        except Exception as undo_err:
+            _warn_undo(err, undo_err)
+        raise
+    yield from _cleanup_nodes(manifests)
+
+
+def _cleanup_nodes(manifests: list[Document]) -> Op[None]:
+    try:
+        yield from ask(Remove([key for m in manifests for key in node_keys(m)]))
+    except Exception as err:
+        warnings.warn(
+            f"The sources are deleted, but removing their nodes failed ({err!r}); "
+            "run verify(repair=True) to remove what is left.",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def _warn_if_too_long(config: Config, leaves: list[Document]) -> None:

@@ -12,8 +12,10 @@ children hold evidence, the node is taken (``ratio``).
 
 ``max_tokens`` bounds all contexts together. A context that does not fit
 steps down the ladder: the nodes one level lower that hold the evidence,
-down to paragraphs (best first), then clips of the evidence paragraphs centred
-on their best hits, never cutting a hit (``budget-trimmed``).
+down to the evidence paragraphs, then every evidence paragraph clipped around
+its best hit, the clips sharing the budget (``budget-trimmed``). A rung is
+taken only if it keeps every evidence paragraph; a paragraph (the weakest
+first) is dropped only when even the clips cannot hold its best hit.
 """
 
 from __future__ import annotations
@@ -131,44 +133,62 @@ def _fit(ev: list[Hit], level: int, why: str, left: int | None) -> list[Group]:
         parts = _runs(ev[0], spans, label)
         if left is None or sum(_cost(p) for p in parts) <= left:
             return parts
-        if lvl == 0:
-            return _best_paragraphs(ev[0], spans, left)
+    assert left is not None
+    return _clips(ev, left)
+
+
+def _clips(ev: list[Hit], left: int) -> list[Group]:
+    """The bottom of the ladder: every evidence paragraph, clipped to share the budget.
+
+    Paragraphs (best evidence first) share ``left`` by water-filling: one
+    that fits in an equal share stays whole, and what it leaves over goes to
+    the others, which are clipped centred on their best hit. When a clip
+    would cut its best hit, the weakest paragraph is dropped and the rest
+    share again; a hit is dropped only when no clip can hold it.
+    """
+    spans = list(dict.fromkeys(h.ancestors[0][:3] for h in ev if h.ancestors))
+    best = {
+        span: next(h for h in ev if h.ancestors and h.ancestors[0][:3] == span) for span in spans
+    }
+    for n in range(len(spans), 0, -1):
+        shares = _water_fill([estimate_tokens("x" * (s[2] - s[1])) for s in spans[:n]], left)
+        if shares is None:
+            continue
+        if all(
+            share is None or estimate_tokens(best[span].text) <= share
+            for span, share in zip(spans[:n], shares, strict=True)
+        ):
+            parts = []
+            for span, share in zip(spans[:n], shares, strict=True):
+                part = _runs(best[span], [span], "budget-trimmed")[0]
+                if share is not None:
+                    part.extra["clip_chars"] = share * CHARS_PER_TOKEN
+                parts.append(part)
+            return sorted(parts, key=lambda p: p.start)
     return []
 
 
-MAX_CLIPS = 3
-"""At the bottom of the ladder: at most this many clips, one per evidence paragraph."""
+def _water_fill(costs: list[int], budget: int) -> list[int | None] | None:
+    """Each item's share of ``budget``: ``None`` keeps it whole, a number clips it.
 
-
-def _best_paragraphs(best: Hit, spans: list[Span], left: int) -> list[Group]:
-    """Paragraphs in evidence order while they fit; else clips centred on the hits.
-
-    The clips share the budget: one per evidence paragraph (best first, at most
-    :data:`MAX_CLIPS`), each centred on its best hit; fewer clips when a share
-    would be smaller than the best hit itself.
+    Items that fit in an equal share of what is left stay whole, cheapest first;
+    the rest share what remains equally. ``None`` when a share would be 0.
     """
-    kept: list[Span] = []
-    used = 0
-    for span in spans:
-        cost = estimate_tokens("x" * (span[2] - span[1]))
-        if used + cost > left:
-            break
-        kept.append(span)
-        used += cost
-    if kept:
-        return _runs(best, kept, "budget-trimmed")
-    need = estimate_tokens(best.text)
-    n = min(len(spans), MAX_CLIPS)
-    while n > 1 and left // n < need:
-        n -= 1
-    if need > left // n:
-        return []
-    parts = []
-    for span in spans[:n]:
-        part = _runs(best, [span], "budget-trimmed")[0]
-        part.extra["clip_chars"] = (left // n) * CHARS_PER_TOKEN
-        parts.append(part)
-    return parts
+    shares: list[int | None] = [None] * len(costs)
+    left, count = budget, len(costs)
+    order = sorted(range(len(costs)), key=lambda i: costs[i])
+    for pos, i in enumerate(order):
+        if costs[i] <= left // count:
+            left -= costs[i]
+            count -= 1
+            continue
+        share = left // count
+        if share < 1:
+            return None
+        for j in order[pos:]:
+            shares[j] = share
+        break
+    return shares
 
 
 def _runs(best: Hit, spans: list[Span], label: str) -> list[Group]:

@@ -84,10 +84,21 @@ class Remove(Request[None]):
 
 
 @dataclass(frozen=True)
+class EmbedLeaves(Request[list[list[float]] | None]):
+    """Embed leaf texts ahead of writing (``None``: the child index embeds when it adds).
+
+    Carried out without the write lock, so queries never wait for a model.
+    """
+
+    texts: list[str]
+
+
+@dataclass(frozen=True)
 class AddLeaves(Request[None]):
-    """Embed and index leaves under their keys."""
+    """Index leaves under their keys, with their vectors (``None``: the index embeds them)."""
 
     leaves: list[Document]
+    vectors: list[list[float]] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
 from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, ask
-from langchain_s2b.core.window import assemble_windows, coalesce_windows, plan_windows
+from langchain_s2b.core.window import assemble_windows, plan_windows
 
 logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, Document | None]
@@ -36,8 +36,6 @@ class Plan:
     """One chosen result + fetched nodes -> documents."""
     cap_at_k: bool = True
     """Cut the documents at ``k`` (multilevel counts contexts, not documents)."""
-    finish: Callable[[list[Document], QueryParams], list[Document]] = lambda docs, p: docs
-    """Runs over all built documents (window mode: merge windows that share text)."""
 
     def assemble(
         self, groups: list[Group], fetched: Fetched, params: QueryParams, on_missing: str
@@ -54,7 +52,6 @@ class Plan:
                 skipped += 1
         if skipped:
             logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
-        docs = self.finish(docs, params)
         if self.cap_at_k:
             docs = docs[: params.k]
         return fit_budget(docs, params.max_tokens) if params.max_tokens else docs
@@ -74,7 +71,6 @@ PLANS: dict[str, Plan] = {
         group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce, limit=p.k),
         select=_first_k,
         build=assemble_windows,
-        finish=lambda docs, p: coalesce_windows(docs) if p.coalesce else docs,
     ),
     "multilevel": Plan(
         group=multilevel.group,

@@ -9,6 +9,7 @@ character is outside a leaf and merged windows equal source slices.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from langchain_text_splitters import TextSplitter
 
+from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens
 from langchain_s2b.core.keys import check_level_name, node_key
 
 DOC_LEVEL = "doc"
@@ -97,25 +99,123 @@ class Tree:
 
 
 def locate_chunks(text: str, chunks: Sequence[str]) -> list[tuple[int, int]]:
-    """Find each chunk in ``text``, in order, allowing overlap between chunks."""
-    spans: list[tuple[int, int]] = []
-    cursor = 0
-    for chunk in chunks:
-        if not chunk:
-            continue
-        start = text.find(chunk, cursor)
-        if start < 0:
-            start = text.find(chunk)
-        if start < 0:
+    r"""Exact offsets of a splitter's chunks in ``text`` (empty chunks are skipped).
+
+    A chunk's text alone does not say where it came from when the text repeats
+    (``"Error: disk full.\n" * 8``), so every occurrence is a candidate and the
+    placement is chosen as a whole: chunks in order (starts never go back),
+    leaving the fewest non-whitespace characters of ``text`` uncovered (a
+    splitter drops at most whitespace or its separators), then with the least
+    overlap between neighbours, then the earliest. For a splitter without
+    overlap this is its own ``add_start_index`` answer; with overlap it is
+    exact whenever the text fixes it. Chunks that are not in order fall back to
+    the first occurrence of each.
+    """
+    pieces = [chunk for chunk in chunks if chunk]
+    for chunk in pieces:
+        if chunk not in text:
             msg = (
                 "The splitter returned a chunk that is not a substring of its input, "
                 f"so its offsets cannot be known: {chunk[:60]!r}. Use a splitter "
                 "that keeps the text as it is (no header stripping, no rewriting)."
             )
             raise ValueError(msg)
-        spans.append((start, start + len(chunk)))
-        cursor = start + 1
-    return spans
+    if not pieces:
+        return []
+    placed = _Placement(text, pieces).best()
+    starts = placed if placed is not None else [text.find(chunk) for chunk in pieces]
+    return [(start, start + len(chunk)) for start, chunk in zip(starts, pieces, strict=True)]
+
+
+class _Placement:
+    """The chunk placement of :func:`locate_chunks`: a shortest path over occurrences."""
+
+    def __init__(self, text: str, pieces: list[str]) -> None:
+        self.text, self.pieces = text, pieces
+        self.nonws = [0]
+        for char in text:
+            self.nonws.append(self.nonws[-1] + (not char.isspace()))
+        self.solid = [0]
+        for chunk in pieces:
+            self.solid.append(self.solid[-1] + sum(not char.isspace() for char in chunk))
+
+    def gap(self, a: int, b: int) -> tuple[int, int]:
+        """(uncovered non-whitespace, overlap) between a chunk ending at ``a`` and one at ``b``."""
+        return (self.nonws[b] - self.nonws[a], 0) if b >= a else (0, a - b)
+
+    def cost(self, starts: Sequence[int]) -> tuple[int, int]:
+        """The cost of a placement (``(inf, 0)`` if starts go back)."""
+        unc, ov, end, prev = self.nonws[starts[0]], 0, 0, 0
+        for start, chunk in zip(starts, self.pieces, strict=True):
+            if start < prev:
+                return (len(self.text) + 1, 0)
+            if end:
+                du, do = self.gap(end, start)
+                unc, ov = unc + du, ov + do
+            prev, end = start, start + len(chunk)
+        return (unc + self.nonws[-1] - self.nonws[end], ov)
+
+    def greedy(self) -> list[int]:
+        """Each chunk at its first occurrence from the previous end (a cheap upper bound)."""
+        starts: list[int] = []
+        prev, end = 0, 0
+        for chunk in self.pieces:
+            start = self.text.find(chunk, end)
+            if start < 0 or self.nonws[start] > self.nonws[end]:
+                start = self.text.find(chunk, prev + 1 if starts else 0)
+            if start < 0:
+                start = self.text.find(chunk, prev)
+            starts.append(start)
+            prev, end = start, start + len(chunk)
+        return starts
+
+    def candidates(self, i: int, bound: int) -> list[int]:
+        """Occurrences of chunk ``i`` that can be part of a placement costing ``<= bound``."""
+        covered_before, covered_after = self.solid[i], self.solid[-1] - self.solid[i]
+        lo = bisect.bisect_left(self.nonws, self.nonws[-1] - covered_after - bound)
+        hi = bisect.bisect_right(self.nonws, covered_before + bound) - 1
+        out, chunk = [], self.pieces[i]
+        start = self.text.find(chunk, max(0, lo - 1))
+        while 0 <= start <= hi:
+            out.append(start)
+            start = self.text.find(chunk, start + 1)
+        return out
+
+    def best(self) -> list[int] | None:
+        """The cheapest placement, or ``None`` if the chunks are not in order."""
+        greedy = self.greedy()
+        bound = self.cost(greedy)[0]
+        if bound > len(self.text):
+            bound = len(self.text)
+        layers: list[dict[int, tuple[tuple[int, int], int]]] = []
+        for i in range(len(self.pieces)):
+            layer: dict[int, tuple[tuple[int, int], int]] = {}
+            for start in self.candidates(i, bound):
+                if not layers:
+                    layer[start] = ((self.nonws[start], 0), -1)
+                    continue
+                size = len(self.pieces[i - 1])
+                options = [
+                    ((cost[0] + du, cost[1] + do), prev)
+                    for prev, (cost, _) in layers[-1].items()
+                    if prev <= start
+                    for du, do in [self.gap(prev + size, start)]
+                ]
+                if options:
+                    layer[start] = min(options)
+            if not layer:
+                return None
+            layers.append(layer)
+        last = len(self.pieces[-1])
+        total = self.nonws[-1]
+        final = layers[-1]
+        end = min(
+            final, key=lambda s: (final[s][0][0] + total - self.nonws[s + last], final[s][0][1], s)
+        )
+        starts = [end]
+        for layer in reversed(layers[1:]):
+            starts.append(layer[starts[-1]][1])
+        return starts[::-1]
 
 
 def tile(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int]]:
@@ -136,10 +236,65 @@ def split_spans(splitter: Splitter, text: str) -> list[tuple[int, int]]:
     if isinstance(splitter, SpanSplitter):
         raw = splitter.split_spans(text)
     elif isinstance(splitter, TextSplitter):
-        raw = locate_chunks(text, splitter.split_text(text))
+        raw = text_splitter_spans(splitter, text)
     else:
         raw = locate_chunks(text, splitter(text))
     return tile(raw, len(text))
+
+
+_MARKS = [(0xF0000, 0xFFFFE), (0x100000, 0x10FFFE)]
+"""Unicode's supplementary private-use planes: one mark per character of a text."""
+_N_MARKS = sum(hi - lo for lo, hi in _MARKS)
+
+
+def _mark(i: int) -> str:
+    i %= _N_MARKS
+    lo, hi = _MARKS[0]
+    return chr(lo + i) if i < hi - lo else chr(_MARKS[1][0] + i - (hi - lo))
+
+
+def text_splitter_spans(splitter: TextSplitter, text: str) -> list[tuple[int, int]]:
+    """The spans a LangChain ``TextSplitter`` cut (empty chunks left out).
+
+    LangChain's character splitters cut by their separators and by length
+    alone, so running one on a copy of the text in which every other
+    character is replaced by a mark of its own gives chunks that occur once
+    each: their places are the splitter's own cuts, also where the text
+    repeats and chunks overlap. The result is used only when those places hold
+    exactly the chunks the splitter returns for the real text; otherwise (a
+    splitter that reads the characters) :func:`locate_chunks` places them.
+    """
+    if isinstance(splitter, SpanSplitter):
+        return [(a, b) for a, b in splitter.split_spans(text) if b > a]
+    chunks = [chunk for chunk in splitter.split_text(text) if chunk]
+    keep = _separator_chars(splitter)
+    if keep is not None:
+        marked = "".join(c if c.isspace() or c in keep else _mark(i) for i, c in enumerate(text))
+        spans: list[tuple[int, int]] = []
+        start = 0
+        for chunk in splitter.split_text(marked):
+            if not chunk:
+                continue
+            start = marked.find(chunk, start)
+            if start < 0:
+                break
+            spans.append((start, start + len(chunk)))
+        if [text[a:b] for a, b in spans] == chunks:
+            return spans
+    return locate_chunks(text, chunks)
+
+
+def _separator_chars(splitter: TextSplitter) -> set[str] | None:
+    """The characters a character splitter's plain (non-regex) separators use, else ``None``."""
+    if getattr(splitter, "_is_separator_regex", True):
+        return None
+    separators = getattr(splitter, "_separators", None)
+    if separators is None:
+        separator = getattr(splitter, "_separator", None)
+        separators = None if separator is None else [separator]
+    if not isinstance(separators, list) or not all(isinstance(s, str) for s in separators):
+        return None
+    return set("".join(separators))
 
 
 def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
@@ -186,12 +341,12 @@ def check_levels(levels: Sequence[Level]) -> list[Level]:
         msg = f"Level names must be distinct; got {names}."
         raise ValueError(msg)
     for finer, coarser in itertools.pairwise(levels):
-        small = getattr(finer.splitter, "_chunk_size", None)
-        big = getattr(coarser.splitter, "_chunk_size", None)
+        small, big = size_in_chars(finer.splitter), size_in_chars(coarser.splitter)
         if small is not None and big is not None and small > big:
             msg = (
-                f"The {finer.name!r} splitter's chunk_size ({small}) is larger than the "
-                f"{coarser.name!r} splitter's ({big}); children must be smaller than parents."
+                f"The {finer.name!r} splitter's chunks ({_describe_size(finer.splitter)}) are "
+                f"larger than the {coarser.name!r} splitter's ({_describe_size(coarser.splitter)});"
+                " children must be smaller than parents."
             )
             raise ValueError(msg)
     return list(levels)
@@ -200,3 +355,28 @@ def check_levels(levels: Sequence[Level]) -> list[Level]:
 def user_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     """A node's metadata without the fields ingestion added."""
     return {k: v for k, v in metadata.items() if k not in NODE_FIELDS}
+
+
+def size_in_chars(splitter: Splitter) -> int | None:
+    """A ``TextSplitter``'s chunk size in characters, when its unit is known.
+
+    Sizes counted by ``len`` are characters; sizes counted by
+    :func:`~langchain_s2b.core.budget.estimate_tokens` are tokens of
+    ``CHARS_PER_TOKEN`` characters. Any other length function (a tokenizer)
+    has no fixed ratio, so the size can not be compared: ``None``.
+    """
+    size = getattr(splitter, "_chunk_size", None)
+    length = getattr(splitter, "_length_function", None)
+    if not isinstance(size, int):
+        return None
+    if length is len:
+        return size
+    if length is estimate_tokens:
+        return size * CHARS_PER_TOKEN
+    return None
+
+
+def _describe_size(splitter: Splitter) -> str:
+    size = getattr(splitter, "_chunk_size", None)
+    unit = "characters" if getattr(splitter, "_length_function", None) is len else "tokens"
+    return f"chunk_size={size} {unit}"

@@ -9,13 +9,15 @@ and reports:
 - *missing nodes* and *missing children*: keys a manifest lists that the
   docstore or the child index lacks (an interrupted write, a lost file);
 - *orphan nodes* and *orphan children*: node keys no manifest claims (an
-  interrupted delete or upsert, a source written by hand).
+  interrupted delete or upsert, a source written by hand), including every
+  node of a generation that no manifest names.
 
 Keys that are not node keys (``<source>/<level>/<n>``) are foreign data and
 are never touched. With ``repair``, orphans are deleted, bad manifests are
 deleted (their nodes then are orphans), and a source with missing pieces is
-re-indexed from its stored ``doc`` node, or removed when that node is gone
-too (listed in ``removed``: add those sources again).
+re-indexed from its stored ``doc`` node as a new generation (the old one is
+removed after it), or removed when that node is gone too (listed in
+``removed``: add those sources again).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from langchain_core.documents import Document
 
 from langchain_s2b.core import lifecycle
-from langchain_s2b.core.ingest import leaf_keys, manifest_keys
+from langchain_s2b.core.ingest import leaf_keys, manifest_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, is_node_key, level_of, node_key, source_key_of
 from langchain_s2b.core.requests import (
     Fetch,
@@ -137,14 +139,13 @@ def _repair(
     by_id = {m.metadata["source_id"]: m for m in manifests.values()}
     for sid in sorted({*report.missing_nodes, *report.missing_children}):
         manifest = by_id[sid]
-        doc_key = node_key(manifest.metadata["source_key"], DOC_LEVEL, 0)
-        (doc,) = yield from ask(Fetch([doc_key]))
-        yield from lifecycle.remove_source(manifest)
+        (doc,) = yield from ask(Fetch([node_key(nodes_key(manifest), DOC_LEVEL, 0)]))
         if doc is None:
+            yield from lifecycle.remove_source(manifest)
             report.removed.append(sid)
             continue
         source = Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
-        yield from lifecycle.add(config, [source], [sid])
+        yield from lifecycle.add(config, [source], [sid], force=[sid])
         report.rebuilt.append(sid)
     report.repaired = True
 
@@ -153,8 +154,12 @@ def _readable(key: str, manifest: Document) -> bool:
     """A manifest whose fields ``manifest_keys`` and repair rely on are sound."""
     meta = manifest.metadata
     counts, levels = meta.get("counts"), meta.get("levels")
+    generation = meta.get("generation", 0)
     return (
-        isinstance(meta.get("source_id"), str)
+        isinstance(generation, int)
+        and not isinstance(generation, bool)
+        and generation >= 0
+        and isinstance(meta.get("source_id"), str)
         and meta.get("source_key") == source_key_of(key)
         and isinstance(levels, list)
         and bool(levels)

@@ -1,4 +1,4 @@
-"""Window mode: each hit grown by its neighbours, windows coalesced, merged exactly."""
+"""Window mode: hits seed windows of neighbours, best first; each window merged exactly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Group, Hit, dedupe_hits, rank, result_metadata
+from langchain_s2b.core.hits import Group, Hit, dedupe_hits, result_metadata
 from langchain_s2b.core.keys import level_prefix, split_id_of
 from langchain_s2b.core.merge import Chunk, chunk_of, merge_chunks
 
@@ -19,35 +19,50 @@ def plan_windows(
     coalesce: bool = True,
     limit: int | None = None,
 ) -> list[Group]:
-    """Grow each hit by ``before``/``after`` neighbours; coalesce overlaps.
+    """Windows seeded by hits in rank order, best first; at most ``limit`` of them.
 
-    Hits are taken best first until ``limit`` windows exist; the weaker hits
-    fetched beyond that point are left out, so they never widen a better window.
+    With ``coalesce`` (the default), windows of one source never share a
+    split: a hit inside a better hit's window joins it as a match and widens
+    nothing, and a hit outside every window seeds a new window of ``before`` /
+    ``after`` neighbours that stops where a better window begins. Windows that
+    touch stay separate results, so ``k`` windows come back whenever ``k`` hits
+    lie outside each other's windows. A window's span is fixed by its seed: no
+    weaker hit ever widens it. Without ``coalesce`` every hit seeds its own
+    full window (windows may overlap) and holds only its own match.
     """
-    windows: list[tuple[list[Hit], int, int]] = []
+    windows: list[Group] = []
     for hit in dedupe_hits(hits):
+        if coalesce:
+            home = next((w for w in windows if _inside(w, hit)), None)
+            if home is not None:
+                home.hits.append(hit)
+                continue
         if limit is not None and len(windows) >= limit:
+            if coalesce:
+                continue
             break
         last = hit.n_splits - 1 if hit.n_splits is not None else hit.split_id + after
-        members, lo, hi = [hit], max(0, hit.split_id - before), min(last, hit.split_id + after)
-        if coalesce:
-            keep = []
-            for other in windows:
-                same = other[0][0].source_key == hit.source_key
-                if same and other[1] <= hi + 1 and lo <= other[2] + 1:
-                    members, lo, hi = other[0] + members, min(lo, other[1]), max(hi, other[2])
-                else:
-                    keep.append(other)
-            windows = keep
-        windows.append((members, lo, hi))
-    return rank([_window_group(members, lo, hi) for members, lo, hi in windows])
+        lo, hi = max(0, hit.split_id - before), min(last, hit.split_id + after)
+        for other in windows if coalesce else ():
+            if other.source_key != hit.source_key:
+                continue
+            if other.extra["hi"] < hit.split_id:
+                lo = max(lo, other.extra["hi"] + 1)
+            else:
+                hi = min(hi, other.extra["lo"] - 1)
+        windows.append(_window_group(hit, lo, hi))
+    return windows
 
 
-def _window_group(hits: list[Hit], lo: int, hi: int) -> Group:
-    first = hits[0]
-    prefix = level_prefix(first.source_key, first.level)
+def _inside(window: Group, hit: Hit) -> bool:
+    extra = window.extra
+    return window.source_key == hit.source_key and extra["lo"] <= hit.split_id <= extra["hi"]
+
+
+def _window_group(hit: Hit, lo: int, hi: int) -> Group:
+    prefix = level_prefix(hit.source_key, hit.level)
     keys = [f"{prefix}{i}" for i in range(lo, hi + 1)]
-    group = Group(first.source_key, first.source_id, keys, hits, first.level, -1, -1)
+    group = Group(hit.source_key, hit.source_id, keys, [hit], hit.level, -1, -1)
     group.extra = {"lo": lo, "hi": hi}
     return group
 
@@ -88,63 +103,3 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
         meta.update(split_ids=sorted(splits), missing_split_ids=missing, gaps=list(merged.gaps))
         out.append(Document(page_content=merged.text, metadata=meta))
     return out
-
-
-def coalesce_windows(docs: Sequence[Document]) -> list[Document]:
-    """Merge assembled windows of one source whose char spans overlap.
-
-    :func:`plan_windows` coalesces by split ids, before the fetch; when chunks
-    overlap by more than one chunk's stride, windows with disjoint split ranges
-    still share text, which only the fetched spans show. A merged window is
-    exact (``merge_chunks``) and takes the place, in rank order, of the first
-    window it absorbed. Windows with gaps are left as they are.
-    """
-    out: list[Document] = []
-    for doc in docs:
-        place = len(out)
-        while (i := _overlapping(out, doc)) is not None:
-            doc = _join_windows(out.pop(i), doc)
-            place = min(place, i)
-        out.insert(place, doc)
-    return out
-
-
-def _overlapping(windows: Sequence[Document], doc: Document) -> int | None:
-    meta = doc.metadata
-    for i, other in enumerate(windows):
-        kept = other.metadata
-        if (
-            kept["source_id"] == meta["source_id"]
-            and kept["start"] < meta["end"]
-            and meta["start"] < kept["end"]
-            and not kept.get("gaps")
-            and not meta.get("gaps")
-        ):
-            return i
-    return None
-
-
-def _join_windows(first: Document, second: Document) -> Document:
-    a, b = first.metadata, second.metadata
-    merged = merge_chunks(
-        [
-            Chunk(a["start"], a["end"], first.page_content),
-            Chunk(b["start"], b["end"], second.page_content),
-        ]
-    )
-    matches = {m["key"]: m for m in [*a["matches"], *b["matches"]]}
-    splits = sorted({*a.get("split_ids", []), *b.get("split_ids", [])})
-    missing = sorted(
-        {*a.get("missing_split_ids", []), *b.get("missing_split_ids", [])} - set(splits)
-    )
-    meta = {
-        **a,
-        "score": max(a["score"], b["score"]),
-        "start": merged.start,
-        "end": merged.end,
-        "matches": sorted(matches.values(), key=lambda m: (m["start"], m["end"])),
-        "split_ids": splits,
-        "missing_split_ids": missing,
-        "gaps": list(merged.gaps),
-    }
-    return Document(page_content=merged.text, metadata=meta)

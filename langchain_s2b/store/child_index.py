@@ -17,9 +17,9 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
-from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-from langchain_s2b.core.filters import matches_filter
+from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.hits import Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
@@ -56,23 +56,36 @@ class ChildIndex:
         return None if emb is None else list(await emb.aembed_query(query))
 
     def search(self, vector: Vector, query: str, fetch: int, flt: Any) -> Found:
-        """The ``fetch`` best children as hits, and whether the index is exhausted."""
+        """The ``fetch`` best children that pass ``flt``, and whether there are no more.
+
+        Every index answers the same question (see :func:`settle`): the
+        ``fetch`` best matching children, less a group of equal scores that the
+        cut would split, and ``exhausted`` when no more children match.
+        """
         if self.faiss is not None and vector is not None:
             return self._search_faiss(self.faiss, vector, fetch, flt)
-        pairs = self._search_generic(vector, query, fetch, flt)
-        return [hit_from_child(doc, score) for doc, score in pairs], len(pairs) < fetch
+        pairs = self._search_generic(vector, query, fetch + 1, flt)
+        return settle([hit_from_child(doc, score) for doc, score in pairs], fetch)
 
     async def asearch(self, vector: Vector, query: str, fetch: int, flt: Any) -> Found:
         """Async :meth:`search` (FAISS runs in a worker thread)."""
         if self.faiss is not None and vector is not None:
             return await run_in_executor(None, self._search_faiss, self.faiss, vector, fetch, flt)
-        pairs = await self._asearch_generic(vector, query, fetch, flt)
-        return [hit_from_child(doc, score) for doc, score in pairs], len(pairs) < fetch
+        pairs = await self._asearch_generic(vector, query, fetch + 1, flt)
+        return settle([hit_from_child(doc, score) for doc, score in pairs], fetch)
 
     @staticmethod
     def _search_faiss(index: FaissIndex, vector: list[float], fetch: int, flt: Any) -> Found:
-        scores, rows = index.search_rows(np.asarray([vector], dtype=np.float32), fetch)
-        return _faiss_hits(index, scores[0], rows[0], flt), fetch >= len(index)
+        """FAISS has no metadata: post-filter, searching deeper until enough children pass."""
+        check_filter(flt)
+        query = np.asarray([vector], dtype=np.float32)
+        depth = fetch + 1
+        while True:
+            scores, rows = index.search_rows(query, depth)
+            hits, reached_all = _faiss_hits(index, scores[0], rows[0], flt, depth)
+            if len(hits) > fetch or reached_all:
+                return settle(hits, fetch)
+            depth *= 2
 
     # Many queries at once (``SmallToBigRetriever.batch``) ---------------------------
 
@@ -125,15 +138,21 @@ class ChildIndex:
             return None
         return np.asarray(vectors, dtype=np.float32)
 
-    @staticmethod
+    @classmethod
     def _search_faiss_many(
-        index: FaissIndex, matrix: np.ndarray, fetch: int, flt: Any
+        cls, index: FaissIndex, matrix: np.ndarray, fetch: int, flt: Any
     ) -> list[Found]:
-        scores, rows = index.search_rows(matrix, fetch)
-        exhausted = fetch >= len(index)
-        return [
-            (_faiss_hits(index, s, r, flt), exhausted) for s, r in zip(scores, rows, strict=True)
-        ]
+        """One matrix search; a query whose filter needs a deeper search gets its own."""
+        check_filter(flt)
+        scores, rows = index.search_rows(matrix, fetch + 1)
+        found = []
+        for vector, row_scores, row_ids in zip(matrix, scores, rows, strict=True):
+            hits, reached_all = _faiss_hits(index, row_scores, row_ids, flt, fetch + 1)
+            if len(hits) > fetch or reached_all:
+                found.append(settle(hits, fetch))
+            else:
+                found.append(cls._search_faiss(index, vector.tolist(), fetch, flt))
+        return found
 
     def _relevance(self) -> Callable[[float], float]:
         try:
@@ -144,7 +163,7 @@ class ChildIndex:
     def _kwargs(self, fetch: int, flt: Any) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"k": fetch}
         if flt is not None:
-            kwargs.update(filter=flt, fetch_k=fetch * 4)
+            kwargs.update(native_filter(self.vectorstore, flt))
         return kwargs
 
     def _search_generic(
@@ -171,15 +190,47 @@ class ChildIndex:
             return [(doc, fn(score)) for doc, score in pairs]
         return await run_in_executor(None, self._search_generic, vector, query, fetch, flt)
 
-    def add(self, leaves: list[Document]) -> None:
-        """Embed and index leaves under their ids (the node keys)."""
-        if leaves:
-            self.vectorstore.add_documents(leaves, ids=[str(d.id) for d in leaves])
+    def _takes_vectors(self) -> bool:
+        """Whether leaves can be added with vectors embedded beforehand."""
+        return self.faiss is not None or callable(getattr(self.vectorstore, "add_embeddings", None))
 
-    async def aadd(self, leaves: list[Document]) -> None:
-        """Async :meth:`add`."""
-        if leaves:
+    def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:
+        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add)."""
+        emb = self.embeddings
+        if emb is None or not self._takes_vectors():
+            return None
+        return [list(v) for v in emb.embed_documents(texts)]
+
+    async def aembed_leaves(self, texts: list[str]) -> list[list[float]] | None:
+        """Async :meth:`embed_leaves`."""
+        emb = self.embeddings
+        if emb is None or not self._takes_vectors():
+            return None
+        return [list(v) for v in await emb.aembed_documents(texts)]
+
+    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Index leaves under their ids (the node keys), with their vectors when given."""
+        if not leaves:
+            return
+        ids = [str(d.id) for d in leaves]
+        if vectors is None:
+            self.vectorstore.add_documents(leaves, ids=ids)
+        elif self.faiss is not None:
+            texts = [d.page_content for d in leaves]
+            self.faiss.add_vectors(np.asarray(vectors), texts, [d.metadata for d in leaves], ids)
+        else:
+            store: Any = self.vectorstore
+            pairs = [(d.page_content, v) for d, v in zip(leaves, vectors, strict=True)]
+            store.add_embeddings(pairs, [d.metadata for d in leaves], ids=ids)
+
+    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Async :meth:`add` (vectors already embedded are added in a worker thread)."""
+        if not leaves:
+            return
+        if vectors is None:
             await self.vectorstore.aadd_documents(leaves, ids=[str(d.id) for d in leaves])
+        else:
+            await run_in_executor(None, self.add, leaves, vectors)
 
     def delete(self, keys: list[str]) -> None:
         """Delete leaves; keys the store does not hold are ignored."""
@@ -250,10 +301,63 @@ def _listable(store: Any) -> set[str] | None:
     return None
 
 
-def _faiss_hits(index: FaissIndex, scores: np.ndarray, rows: np.ndarray, flt: Any) -> list[Hit]:
-    """One query's FAISS result row as hits (rows deleted since, or filtered out, skipped)."""
+def _faiss_hits(
+    index: FaissIndex, scores: np.ndarray, rows: np.ndarray, flt: Any, depth: int
+) -> tuple[list[Hit], bool]:
+    """One query's FAISS result row as hits (rows deleted since, or filtered out, skipped).
+
+    Also says whether the search reached every child it can: FAISS filled
+    fewer than ``depth`` slots (an IVF index probes only some lists, so going
+    deeper would find nothing new).
+    """
     hits = []
-    for score, found in zip(scores.tolist(), index.records(rows.tolist()), strict=True):
+    filled = 0
+    for score, row, found in zip(
+        scores.tolist(), rows.tolist(), index.records(rows.tolist()), strict=True
+    ):
+        filled += row >= 0
         if found is not None and (flt is None or matches_filter(found[2], flt)):
             hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
-    return hits
+    return hits, filled < depth
+
+
+def settle(hits: list[Hit], fetch: int) -> Found:
+    """The ``fetch`` best of ``hits`` (searched ``fetch + 1`` deep) and whether that is all.
+
+    When the ``fetch``-th and the next hit score the same, the index chose
+    which of several equal children to return; that whole group of equal
+    scores is left out, so the answer never depends on an engine's tie order
+    (the retriever searches deeper if it needs them).
+    """
+    hits = sorted(hits, key=lambda h: -h.score)
+    if len(hits) <= fetch:
+        return hits, True
+    cut = hits[fetch - 1].score
+    if hits[fetch].score < cut:
+        return hits[:fetch], False
+    return [hit for hit in hits[:fetch] if hit.score > cut], False
+
+
+def native_filter(store: Any, flt: Any) -> dict[str, Any]:
+    """``filter=`` (a Mongo-style metadata dict, or a callable on metadata) for ``store``.
+
+    ``InMemoryVectorStore`` filters ``Document`` objects with a callable, and
+    ``langchain_community``'s ``FAISS`` filters inside its own ``fetch_k``, so
+    both get a callable and FAISS a ``fetch_k`` that covers the whole index.
+    Any other store gets the dict as its own filter (``PGVector`` and most
+    server stores read Mongo-style dicts); a callable is refused there.
+    """
+    check_filter(flt)
+    on_meta = flt if callable(flt) else (lambda meta: matches_filter(meta, flt))
+    if isinstance(store, InMemoryVectorStore):
+        return {"filter": lambda doc: bool(on_meta(doc.metadata))}
+    ntotal = getattr(getattr(store, "index", None), "ntotal", None)
+    if isinstance(getattr(store, "index_to_docstore_id", None), dict) and ntotal is not None:
+        return {"filter": on_meta, "fetch_k": max(int(ntotal), 1)}
+    if callable(flt):
+        msg = (
+            f"A callable filter works only with FaissIndex, InMemoryVectorStore and "
+            f"langchain_community's FAISS; {type(store).__name__} takes a metadata dict."
+        )
+        raise ValueError(msg)
+    return {"filter": flt}

@@ -4,6 +4,18 @@ Vectors are L2-normalised and searched by inner product, so a score is the
 cosine similarity (higher is better). Each vector is keyed by its node key;
 FAISS row positions are never used as split indices. ``save``/``load`` write
 the FAISS index with ``faiss.write_index`` and everything else as JSON.
+
+Deletion works for every index type. Where FAISS removes vectors and
+renumbers the rest, as ``IndexIDMap2`` needs (``Flat``, ``PQ``, ``SQ``: the flat
+code indexes), they are removed. Elsewhere the deleted rows become
+tombstones: HNSW can not remove at all, and an IVF index inside
+``IndexIDMap2`` does not renumber, so after one removal its results name the
+wrong rows and a second removal aborts the process (FAISS 1.15). A
+tombstone's key and text are gone at once; searches ask for as many extra
+rows as there are tombstones and drop them; the index is rebuilt from its
+live vectors (a reset clone, so training and search parameters stay) when the
+tombstones reach a quarter of it and before every save, so a saved file holds
+live vectors only. NSG can not add after its first build and is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from langchain_s2b.core.filters import Filter, matches_filter
 INDEX_FILE = "children.faiss"
 RECORDS_FILE = "children.jsonl"
 RECORDS_FORMAT = "langchain_s2b.faiss.v1"
+_STATIC_INDEXES = ("NSG", "NNDESCENT")
 
 
 def normalise(vectors: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
@@ -61,6 +74,12 @@ class FaissIndex(VectorStore):
         search_params: str | None = None,
         train_size: int | None = None,
     ) -> None:
+        if any(name in index_factory.upper() for name in _STATIC_INDEXES):
+            msg = (
+                f"index_factory={index_factory!r} builds a graph once and can not add to it "
+                "later (FAISS NSG/NNDescent); use 'HNSW32' for a graph index that can."
+            )
+            raise ValueError(msg)
         self.embedding = embedding
         self.index_factory = index_factory
         self.search_params = search_params
@@ -72,6 +91,8 @@ class FaissIndex(VectorStore):
         self._ids: dict[str, int] = {}
         self._keys: dict[int, str] = {}
         self._records: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._dead: set[int] = set()
+        """Rows deleted from the maps whose vectors the index could not remove."""
         self._lock = threading.RLock()
 
     @property
@@ -170,11 +191,27 @@ class FaissIndex(VectorStore):
         metadatas: Sequence[dict[str, Any]],
         ids: Sequence[str],
     ) -> list[str]:
-        """Add precomputed vectors; an existing id is replaced."""
+        """Add precomputed vectors; an existing id is replaced.
+
+        An id given twice in one call is added once, with its last vector, text
+        and metadata (as if the calls were made one after the other).
+        """
         matrix = np.asarray(vectors, dtype=np.float32)
-        if matrix.ndim != 2 or len(matrix) != len(ids):
-            msg = f"Expected {len(ids)} vectors as a 2-D array; got shape {matrix.shape}."
+        if matrix.ndim != 2 or len(matrix) != len(ids) or len(texts) != len(ids):
+            msg = (
+                f"Expected {len(ids)} vectors as a 2-D array and {len(ids)} texts; got "
+                f"shape {matrix.shape} and {len(texts)} texts."
+            )
             raise ValueError(msg)
+        last = {key: i for i, key in enumerate(ids)}
+        if len(last) != len(ids):
+            keep = sorted(last.values())
+            matrix = matrix[keep]
+            texts = [texts[i] for i in keep]
+            metadatas = [metadatas[i] for i in keep]
+            ids_given, ids = ids, [ids[i] for i in keep]
+        else:
+            ids_given = ids
         if not np.isfinite(matrix).all():
             msg = "The embedding returned NaN or infinite values; refusing to index them."
             raise ValueError(msg)
@@ -193,7 +230,7 @@ class FaissIndex(VectorStore):
                 records[row] = (text, meta)
             if self._staging is not None and self._staging.ntotal >= self._wanted_training():
                 self._unstage()
-        return list(ids)
+        return list(ids_given)
 
     def add_texts(
         self,
@@ -214,15 +251,65 @@ class FaissIndex(VectorStore):
         return self.add_vectors(vectors, texts, metadatas or [{} for _ in texts], ids)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Remove vectors by key; unknown keys are ignored. Returns whether any went."""
+        """Remove vectors by key (``None``: all of them); unknown keys are ignored.
+
+        Returns whether any vector went.
+        """
         with self._lock:
-            rows = [self._ids.pop(key) for key in ids or [] if key in self._ids]
-            if rows:
-                self._active().remove_ids(np.asarray(rows, dtype=np.int64))
+            if ids is None:
+                return self._clear()
+            rows = list(dict.fromkeys(self._ids[key] for key in ids if key in self._ids))
+            if not rows:
+                return False
+            self._remove_rows(rows)
             for row in rows:
-                del self._keys[row]
+                del self._ids[self._keys.pop(row)]
                 del self._records[row]
-        return bool(rows)
+            if len(self._dead) >= max(64, len(self._ids) // 4):
+                self._compact()
+        return True
+
+    def _remove_rows(self, rows: list[int]) -> None:
+        """Remove rows from FAISS where that is sound, else make them tombstones."""
+        index = self._active()
+        if isinstance(faiss.downcast_index(index.index), faiss.IndexFlatCodes):
+            index.remove_ids(np.asarray(rows, dtype=np.int64))
+        else:
+            self._dead.update(rows)
+
+    def _clear(self) -> bool:
+        had = bool(self._ids)
+        for index in (self._index, self._staging):
+            if index is not None:
+                index.reset()
+        self._ids.clear()
+        self._keys.clear()
+        self._records.clear()
+        self._dead.clear()
+        return had
+
+    def _compact(self) -> None:
+        """Rebuild the index from its live vectors (drops the tombstones)."""
+        if not self._dead:
+            return
+        old = self._index
+        positions = faiss.vector_to_array(old.id_map).astype(np.int64)
+        try:
+            vectors = faiss.downcast_index(old.index).reconstruct_n(0, old.ntotal)
+        except RuntimeError as err:
+            msg = (
+                f"A {self.index_factory!r} index can neither remove vectors nor "
+                f"return them for a rebuild: {str(err).splitlines()[-1]}"
+            )
+            raise ValueError(msg) from None
+        live = ~np.isin(positions, np.fromiter(self._dead, dtype=np.int64))
+        inner = faiss.clone_index(old.index)  # keeps the training and the search parameters
+        inner.reset()
+        fresh = faiss.IndexIDMap2(inner)
+        if live.any():
+            fresh.add_with_ids(np.ascontiguousarray(vectors[live]), positions[live])
+        self._index = fresh
+        self._dead.clear()
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The stored children with these keys (unknown keys skipped)."""
@@ -243,8 +330,11 @@ class FaissIndex(VectorStore):
                 empty = np.empty((len(matrix), 0))
                 return empty.astype(np.float32), empty.astype(np.int64)
             self._ensure_index(matrix.shape[1])
-            k = min(k, int(index.ntotal))
-            scores, rows = index.search(normalise(matrix), k)
+            dead = self._dead if index is self._index else set()
+            want = min(k + len(dead), int(index.ntotal))
+            scores, rows = index.search(normalise(matrix), want)
+            if dead:
+                scores, rows = _drop_dead(scores, rows, dead, min(k, int(index.ntotal)))
         return scores, rows
 
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
@@ -321,6 +411,7 @@ class FaissIndex(VectorStore):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         with self._lock:
+            self._compact()
             written = [RECORDS_FILE]
             if self._index is not None:
                 faiss.write_index(self._active(), str(path / INDEX_FILE))
@@ -371,6 +462,19 @@ class FaissIndex(VectorStore):
             store._keys[row] = key
             store._records[row] = (text, meta)
         return store
+
+
+def _drop_dead(
+    scores: np.ndarray, rows: np.ndarray, dead: set[int], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's first ``k`` rows that are not tombstones (``-1`` pads a short row)."""
+    out_scores = np.full((len(rows), k), -np.inf, dtype=np.float32)
+    out_rows = np.full((len(rows), k), -1, dtype=np.int64)
+    for i, (row_scores, row_ids) in enumerate(zip(scores, rows, strict=True)):
+        keep = [j for j, row in enumerate(row_ids.tolist()) if row >= 0 and row not in dead][:k]
+        out_scores[i, : len(keep)] = row_scores[keep]
+        out_rows[i, : len(keep)] = row_ids[keep]
+    return out_scores, out_rows
 
 
 # Reading the files back (every value checked) -------------------------------------

@@ -11,7 +11,9 @@ A save directory holds complete snapshots and a pointer to the current one::
         nodes.txt              the docstore, when it lives in memory: per line the
                                key as a JSON string, a tab, the document as JSON
 
-``save`` writes a new snapshot beside the old ones, flushes it to disk, then
+``save`` holds an inter-process file lock (``path/.lock``, ``filelock``) so saves
+to one path, from threads or processes, run one at a time. It writes a new
+snapshot beside the old ones, flushes it to disk, then
 replaces ``CURRENT`` with ``os.replace`` (atomic) and only then removes older
 snapshots: a crash at any moment leaves a loadable save, the old or the new.
 ``load`` reads only JSON and FAISS files, checks every value's type, every
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
@@ -58,6 +61,8 @@ FORMAT_VERSION = 1
 POINTER = "CURRENT"
 CONFIG_FILE = "s2b.json"
 NODES_FILE = "nodes.txt"
+LOCK_FILE = ".lock"
+"""Held while a save writes into its directory (an inter-process lock)."""
 _SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
 
 
@@ -99,6 +104,12 @@ def save(saved: Saved, path: str | Path, *, include_docstore: bool | None = None
     root = Path(path)
     _check_target(root)
     root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / LOCK_FILE):
+        _check_target(root)  # again: another save may have written meanwhile
+        return _save_locked(saved, root, include_docstore)
+
+
+def _save_locked(saved: Saved, root: Path, include_docstore: bool | None) -> Path:
     name = f"snapshot-{time.time_ns()}-{secrets.token_hex(4)}"
     temp = root / f"{TEMP_PREFIX}{name}"
     temp.mkdir()
@@ -120,12 +131,21 @@ def _check_target(root: Path) -> None:
     if root.exists() and not root.is_dir():
         msg = f"Cannot save into {root}: it is a file; pass a directory path."
         raise ValueError(msg)
-    if root.is_dir() and any(root.iterdir()) and not (root / POINTER).exists():
+    if (
+        root.is_dir()
+        and any(not _ours(child.name) for child in root.iterdir())
+        and not (root / POINTER).exists()
+    ):
         msg = (
             f"Refusing to save into {root}: it is not empty and not an earlier "
             "langchain_s2b save (no CURRENT file); choose a new or empty directory."
         )
         raise ValueError(msg)
+
+
+def _ours(name: str) -> bool:
+    """A name a save writes (a first save that was interrupted leaves these)."""
+    return name == LOCK_FILE or name.startswith(TEMP_PREFIX) or bool(_SNAPSHOT.match(name))
 
 
 def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> dict[str, Any]:
@@ -145,10 +165,16 @@ def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> 
         nodes = write_nodes(store, temp / NODES_FILE)
         files[NODES_FILE] = fsync_and_hash(temp / NODES_FILE)
     levels = saved.levels
+    embedding = index.embeddings
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "embedding": {"class": class_name(index.embeddings), "dim": vectors.get("dim")},
+        "embedding": {
+            "class": class_name(embedding),
+            "model": None if embedding is None else model_name(embedding),
+            "dim": vectors.get("dim"),
+            "probe": _probe(embedding) if embedding is not None and vectors.get("dim") else None,
+        },
         "vectorstore": vectors,
         "docstore": {"kind": kind, "class": class_name(store), "saved": include, "count": nodes},
         "retriever": saved.options,
@@ -177,6 +203,7 @@ def load(
     dim = meta["embedding"]["dim"]
     if dim is not None:
         check_dimension(embedding, dim, meta["embedding"]["class"])
+        _warn_if_other_model(embedding, meta["embedding"])
     vectorstore = _load_vectors(snap, meta, embedding, vectorstore)
     store = restore_docstore(snap / NODES_FILE, meta["docstore"], docstore, byte_store)
     levels = _load_levels(meta, splitters or {})
@@ -206,9 +233,48 @@ def current_snapshot(root: Path) -> Path:
     return root / name
 
 
+PROBE_TEXT = "dimension check"
+"""Embedded at save and at load: the same model gives the same vector."""
+_MODEL_ATTRIBUTES = ("model", "model_name", "model_id", "deployment")
+
+
+def model_name(embedding: Embeddings) -> str | None:
+    """The model an embedding object names (``model``, ``model_name`` ...), if any."""
+    for attr in _MODEL_ATTRIBUTES:
+        value = getattr(embedding, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _probe(embedding: Embeddings) -> list[float]:
+    return [round(float(x), 6) for x in embedding.embed_query(PROBE_TEXT)]
+
+
+def _warn_if_other_model(embedding: Embeddings, saved: Mapping[str, Any]) -> None:
+    """Warn when the model passed to load() embeds differently from the saved one."""
+    probe = saved.get("probe")
+    if not isinstance(probe, list) or not all(isinstance(x, int | float) for x in probe):
+        return
+    now = _probe(embedding)
+    dot = sum(a * b for a, b in zip(probe, now, strict=False))
+    norms = (sum(a * a for a in probe) * sum(b * b for b in now)) ** 0.5
+    if len(now) == len(probe) and norms and dot / norms >= 0.999:
+        return
+    was = saved.get("model") or saved.get("class")
+    given = model_name(embedding) or class_name(embedding)
+    warnings.warn(
+        f"The embedding passed to load() ({given}) embeds text differently from the one "
+        f"this index was built with ({was}); queries will not match the stored vectors. "
+        "Pass the model the index was built with.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 def check_dimension(embedding: Embeddings, dim: int, saved_class: str) -> None:
     """Refuse an embedding whose vectors do not have ``dim`` numbers."""
-    got = len(embedding.embed_query("dimension check"))
+    got = len(embedding.embed_query(PROBE_TEXT))
     if got != dim:
         msg = (
             f"This index was built with {dim}-dimensional embeddings ({saved_class}); "

@@ -20,6 +20,7 @@ from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.requests import (
     AddLeaves,
+    EmbedLeaves,
     EmbedQueries,
     EmbedQuery,
     Fetch,
@@ -46,13 +47,21 @@ class Runner:
         self.docstore = docstore
         self.lock = ReadWriteLock()
 
-    def drive(self, op: Op[T], *, write: bool = False) -> T:
-        """Run one operation under the lock (readers never see half a write)."""
+    def drive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
+        """Run one operation under the lock (readers never see half a write).
+
+        ``locked=False`` runs it without the lock: only for operations that
+        change nothing and tolerate a concurrent write (``lifecycle.stage``).
+        """
+        if not locked:
+            return drive(op, self.run)
         with self.lock.hold(write=write):
             return drive(op, self.run)
 
-    async def adrive(self, op: Op[T], *, write: bool = False) -> T:
+    async def adrive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
         """Async :meth:`drive`."""
+        if not locked:
+            return await adrive(op, self.arun)
         async with self.lock.ahold(write=write):
             return await adrive(op, self.arun)
 
@@ -74,8 +83,10 @@ class Runner:
                 return store.mset(pairs)
             case Remove(keys):
                 return store.mdelete(keys)
-            case AddLeaves(leaves):
-                return index.add(leaves)
+            case EmbedLeaves(texts):
+                return index.embed_leaves(texts)
+            case AddLeaves(leaves, vectors):
+                return index.add(leaves, vectors)
             case RemoveLeaves(keys):
                 return index.delete(keys)
             case ScanKeys():
@@ -103,8 +114,10 @@ class Runner:
                 return await store.amset(pairs)
             case Remove(keys):
                 return await store.amdelete(keys)
-            case AddLeaves(leaves):
-                return await index.aadd(leaves)
+            case EmbedLeaves(texts):
+                return await index.aembed_leaves(texts)
+            case AddLeaves(leaves, vectors):
+                return await index.aadd(leaves, vectors)
             case RemoveLeaves(keys):
                 return await index.adelete(keys)
             case ScanKeys():
@@ -155,10 +168,15 @@ async def adrive(op: Op[T], arun: Callable[[Request[Any]], Awaitable[Any]]) -> T
 class ReadWriteLock:
     """Many readers or one writer, for threads and coroutines alike.
 
-    A waiting writer holds off new readers, so a stream of queries can not
-    starve an update. Coroutines wait by polling (``asyncio.sleep``), never in a
-    worker thread: a reader that holds the lock may itself need the default
-    executor (a sync-only store, the FAISS search) to finish. Not re-entrant.
+    A waiting writer, a thread or a coroutine, holds off new readers, so a
+    stream of queries can not starve an update. Coroutines wait by polling
+    (``asyncio.sleep``), never in a worker thread: a reader that holds the lock
+    may itself need the default executor (a sync-only store, the FAISS search)
+    to finish. Not re-entrant.
+
+    Hand-written because no maintained package offers one lock shared by
+    threads and coroutines: ``aiorwlock`` serves only coroutines of one event
+    loop, ``readerwriterlock`` and ``fasteners`` only threads.
     """
 
     def __init__(self) -> None:
@@ -185,10 +203,17 @@ class ReadWriteLock:
                 self._cond.notify_all()
 
     def acquire_write(self, *, blocking: bool = True) -> bool:
-        """Take the exclusive hold; ``False`` if ``blocking`` is off and it is busy."""
+        """Take the exclusive hold; ``False`` if ``blocking`` is off and it is busy.
+
+        A non-blocking attempt by a caller that has announced itself with
+        :meth:`wait_for_write` succeeds as soon as the readers are gone.
+        """
         with self._cond:
-            if not blocking and (self._writer or self._readers):
-                return False
+            if not blocking:
+                if self._writer or self._readers:
+                    return False
+                self._writer = True
+                return True
             self._writers_waiting += 1
             try:
                 while self._writer or self._readers:
@@ -205,6 +230,18 @@ class ReadWriteLock:
             self._cond.notify_all()
 
     @contextmanager
+    def wait_for_write(self) -> Iterator[None]:
+        """Count the caller as a waiting writer (new readers hold off) while inside."""
+        with self._cond:
+            self._writers_waiting += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writers_waiting -= 1
+                self._cond.notify_all()
+
+    @contextmanager
     def hold(self, *, write: bool) -> Iterator[None]:
         """``with lock.hold(write=...):`` in a thread."""
         if write:
@@ -219,12 +256,19 @@ class ReadWriteLock:
     @asynccontextmanager
     async def ahold(self, *, write: bool) -> AsyncIterator[None]:
         """``async with lock.ahold(write=...):`` in a coroutine."""
-        acquire = self.acquire_write if write else self.acquire_read
-        delay = 0.0005
-        while not acquire(blocking=False):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        if write:
+            with self.wait_for_write():
+                await _poll(self.acquire_write)
+        else:
+            await _poll(self.acquire_read)
         try:
             yield
         finally:
             self.release_write() if write else self.release_read()
+
+
+async def _poll(acquire: Callable[..., bool]) -> None:
+    delay = 0.0005
+    while not acquire(blocking=False):
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)

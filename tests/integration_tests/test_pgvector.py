@@ -18,17 +18,15 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from langchain_community.storage import RedisStore, SQLStore
 from langchain_core.documents import Document
 from langchain_core.stores import BaseStore
+from langchain_postgres import PGVector
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.splitters import size_splitter
 from tests.unit_tests._embeddings import BagOfWords
-
-pytest.importorskip("langchain_postgres")
-from langchain_community.storage import RedisStore, SQLStore
-from langchain_postgres import PGVector
-from sqlalchemy.ext.asyncio import create_async_engine
 
 pytestmark = pytest.mark.requires_server("postgres")
 

@@ -215,12 +215,13 @@ class TestBatchIO:
         monkeypatch.setattr(docstore, "mget", counted_mget)
         retriever.batch(QUERIES)
         # Round one searches every query as one matrix; an over-fetch round searches
-        # only the queries that still lack k windows, again as one matrix.
-        assert searches[0] == (len(QUERIES), fetch_k)
+        # only the queries that still lack k windows, again as one matrix. A search is
+        # one deeper than the fetch, to see whether the fetch cuts a group of equal scores.
+        assert searches[0] == (len(QUERIES), fetch_k + 1)
         fetch_sizes = [k for _, k in searches]
         assert fetch_sizes == sorted(set(fetch_sizes))
         if fetch_k == 40:
-            assert searches == [(len(QUERIES), 40)]
+            assert searches == [(len(QUERIES), 41)]
         assert len(fetches) == 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,10 +10,7 @@ import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.documents import Document
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.language_models.fake_chat_models import (
-    FakeListChatModel,
-    ParrotFakeChatModel,
-)
+from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -54,11 +52,92 @@ def _retriever(mode: str = "window", **fields: Any) -> SmallToBigRetriever:
     return SmallToBigRetriever.from_documents(docs, BagOfWords(), mode=mode, **fields)
 
 
-def _invoke_or_skip(runnable: Any, value: Any, mode: str) -> Any:
-    try:
-        return runnable.invoke(value)
-    except NotImplementedError:
-        pytest.skip(f"mode {mode!r} is not implemented in this build yet")
+class FixedRetriever(BaseRetriever):
+    """Returns the same documents whatever the query: [] or the wrong article."""
+
+    docs: list[Document] = Field(default_factory=list)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: Any, **kwargs: Any
+    ) -> list[Document]:
+        return list(self.docs)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: Any, **kwargs: Any
+    ) -> list[Document]:
+        return list(self.docs)
+
+
+def _wrong_article(name: str) -> list[Document]:
+    text = ARTICLES[name]
+    meta = {"title": name.title(), "source_id": name, "score": 0.9, "start": 0}
+    meta.update(end=len(text), matches=[{"score": 0.9, "start": 0, "end": 10}])
+    return [Document(page_content=text, metadata=meta)]
+
+
+STOP_WORDS = {"who", "the", "what", "of", "a", "with", "was"}
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower())) - STOP_WORDS
+
+
+class ContextReader(BaseChatModel):
+    """Answers with the context sentence sharing most words with the question.
+
+    Without a context sentence that shares a word, it says "I don't know.", so a
+    chain whose retriever returns nothing or the wrong thing gives a wrong answer.
+    """
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        context = str(messages[0].content).partition("\n\n")[2]
+        question = _words(str(messages[-1].content))
+        lines = [line for line in context.splitlines() if line and not line.startswith("[")]
+        sentences = [s for line in lines for s in re.split(r"(?<=\.)\s+", line) if s]
+        scored = [(len(question & _words(s)), s) for s in sentences]
+        best = max(scored, key=lambda pair: pair[0], default=(0, ""))
+        answer = best[1] if best[0] else "I don't know."
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=answer))])
+
+    @property
+    def _llm_type(self) -> str:
+        return "context-reader"
+
+
+def check_context_reaches_the_model(retriever: BaseRetriever) -> None:
+    chain = (
+        {"context": retriever | format_docs, "question": RunnablePassthrough()}
+        | PROMPT
+        | ParrotFakeChatModel()
+    )
+    question = "Who was the leader Rollo of the Normans?"
+    echoed = chain.invoke(question)
+    # The parrot returns the last message; the system message holds the context.
+    prompt_value = (
+        {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT
+    ).invoke(question)
+    system, human = prompt_value.to_messages()
+    assert echoed.content == question == human.content
+    assert system.content.startswith("Answer from the context only.\n\n[1] Normans (score ")
+    assert "Rollo agreed to swear fealty" in system.content
+    assert "steam" not in system.content.lower()
+
+
+def check_the_answer_comes_from_the_context(retriever: BaseRetriever) -> None:
+    chain = (
+        {"context": retriever | format_docs, "question": RunnablePassthrough()}
+        | PROMPT
+        | ContextReader()
+        | StrOutputParser()
+    )
+    answer = chain.invoke("Who improved the engine with a condenser?")
+    assert answer == "James Watt improved the engine with a separate condenser."
 
 
 class TestFormatDocs:
@@ -100,34 +179,10 @@ class TestFormatDocs:
 @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
 class TestLcelChain:
     def test_context_and_question_reach_the_model(self, mode: str) -> None:
-        retriever = _retriever(mode, k=1)
-        chain = (
-            {"context": retriever | format_docs, "question": RunnablePassthrough()}
-            | PROMPT
-            | ParrotFakeChatModel()
-        )
-        question = "Who was the leader Rollo of the Normans?"
-        echoed = _invoke_or_skip(chain, question, mode)
-        # The parrot returns the last message; the system message holds the context.
-        prompt_value = (
-            {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT
-        ).invoke(question)
-        system, human = prompt_value.to_messages()
-        assert echoed.content == question == human.content
-        assert system.content.startswith("Answer from the context only.\n\n[1] Normans (score ")
-        assert "Rollo agreed to swear fealty" in system.content
-        assert "steam" not in system.content.lower()
+        check_context_reaches_the_model(_retriever(mode, k=1))
 
-    def test_chain_with_a_scripted_model_and_parser(self, mode: str) -> None:
-        retriever = _retriever(mode, k=2)
-        model = FakeListChatModel(responses=["James Watt [1]."])
-        chain = (
-            {"context": retriever | format_docs, "question": RunnablePassthrough()}
-            | PROMPT
-            | model
-            | StrOutputParser()
-        )
-        assert _invoke_or_skip(chain, "Who improved the steam engine?", mode) == "James Watt [1]."
+    def test_the_model_answers_from_the_retrieved_context(self, mode: str) -> None:
+        check_the_answer_comes_from_the_context(_retriever(mode, k=2))
 
 
 class ToolCallingFake(BaseChatModel):
@@ -189,34 +244,60 @@ def _check_artifact(docs: list[Document], source: str) -> None:
             assert isinstance(match["score"], float)
 
 
+def check_agent_loop(retriever: BaseRetriever) -> None:
+    tool = as_tool(retriever, k=2)
+    messages = _agent(ToolCallingFake(), [tool], "Who improved the steam engine?")
+    human, call, result, answer = messages
+    assert isinstance(call, AIMessage)
+    assert call.tool_calls[0]["args"] == {"query": human.content}
+    assert isinstance(result, ToolMessage)
+    assert result.tool_call_id == "call-1"
+    assert str(result.content).startswith("[1] Steam (score ")
+    assert "James Watt improved the engine" in str(result.content)
+    _check_artifact(result.artifact, "steam")
+    assert answer.content.startswith("According to [1] Steam (score ")
+
+
+async def check_async_tool_call(retriever: BaseRetriever) -> None:
+    tool = as_tool(retriever, k=1)
+    call = {"type": "tool_call", "id": "c", "name": tool.name, "args": {"query": "Rollo"}}
+    message = await tool.ainvoke(call)
+    assert isinstance(message, ToolMessage)
+    assert "Rollo" in str(message.content)
+    _check_artifact(message.artifact, "normans")
+
+
 @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
 class TestAgentTool:
     def test_agent_loop_gets_text_and_artifact(self, mode: str) -> None:
-        tool = as_tool(_retriever(mode), k=2)
-        try:
-            messages = _agent(ToolCallingFake(), [tool], "Who improved the steam engine?")
-        except NotImplementedError:
-            pytest.skip(f"mode {mode!r} is not implemented in this build yet")
-        human, call, result, answer = messages
-        assert isinstance(call, AIMessage)
-        assert call.tool_calls[0]["args"] == {"query": human.content}
-        assert isinstance(result, ToolMessage)
-        assert result.tool_call_id == "call-1"
-        assert str(result.content).startswith("[1] Steam (score ")
-        assert "James Watt improved the engine" in str(result.content)
-        _check_artifact(result.artifact, "steam")
-        assert answer.content.startswith("According to [1] Steam (score ")
+        check_agent_loop(_retriever(mode))
 
     async def test_async_tool_call(self, mode: str) -> None:
-        tool = as_tool(_retriever(mode), k=1)
-        call = {"type": "tool_call", "id": "c", "name": tool.name, "args": {"query": "Rollo"}}
-        try:
-            message = await tool.ainvoke(call)
-        except NotImplementedError:
-            pytest.skip(f"mode {mode!r} is not implemented in this build yet")
-        assert isinstance(message, ToolMessage)
-        assert "Rollo" in str(message.content)
-        _check_artifact(message.artifact, "normans")
+        await check_async_tool_call(_retriever(mode))
+
+
+CHECKS = {
+    "context reaches the model": (check_context_reaches_the_model, "steam"),
+    "answer comes from the context": (check_the_answer_comes_from_the_context, "normans"),
+    "agent loop": (check_agent_loop, "normans"),
+}
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("retrieved", ["nothing", "the wrong article"])
+def test_every_chain_test_fails_when_the_retriever_is_wrong(check: str, retrieved: str) -> None:
+    """The chain and agent tests above test the retriever: swap in a broken one and they fail."""
+    run, wrong_article = CHECKS[check]
+    docs = [] if retrieved == "nothing" else _wrong_article(wrong_article)
+    with pytest.raises(AssertionError):
+        run(FixedRetriever(docs=docs))
+
+
+@pytest.mark.parametrize("retrieved", ["nothing", "the wrong article"])
+async def test_the_async_tool_test_fails_when_the_retriever_is_wrong(retrieved: str) -> None:
+    docs = [] if retrieved == "nothing" else _wrong_article("steam")
+    with pytest.raises(AssertionError):
+        await check_async_tool_call(FixedRetriever(docs=docs))
 
 
 class TestAsTool:
@@ -245,8 +326,8 @@ class TestAsTool:
         call = {"type": "tool_call", "id": "c", "name": tool.name, "args": {"query": "Watt"}}
         message = tool.invoke(call)
         body = str(message.content).split("\n", 1)[1]
-        assert body.endswith(" …")
-        assert len(body.removeprefix("… ").removesuffix(" …")) <= 20
+        # One child holds the whole article, so the excerpt starts at its start.
+        assert body == ARTICLES["steam"][:20] + " …"
         assert len(message.artifact[0].page_content) > 20
 
     def test_no_results_says_so(self) -> None:
@@ -255,8 +336,7 @@ class TestAsTool:
 
     def test_retriever_method_when_the_retriever_has_one(self) -> None:
         retriever = _retriever(k=1)
-        if type(retriever).as_tool is BaseRetriever.as_tool:
-            pytest.skip("SmallToBigRetriever.as_tool is still Runnable.as_tool in this build")
+        assert type(retriever).as_tool is not BaseRetriever.as_tool
         tool = retriever.as_tool(k=1)
         assert tool.response_format == "content_and_artifact"
         call = {"type": "tool_call", "id": "c", "name": tool.name, "args": {"query": "Watt"}}

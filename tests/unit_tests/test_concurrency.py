@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 import time
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_classic.storage import LocalFileStore
 from langchain_core.documents import Document
 from langchain_core.stores import InMemoryStore
@@ -17,6 +19,8 @@ from langchain_core.stores import InMemoryStore
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import build_tree
+from langchain_s2b.store import persist
+from langchain_s2b.store.runner import ReadWriteLock
 
 from ._embeddings import BagOfWords
 
@@ -193,3 +197,131 @@ async def test_async_readers_with_an_async_writer(tmp_path: Path) -> None:
     await asyncio.wait_for(asyncio.gather(writer(), *(reader() for _ in range(READERS))), 60)
     assert problems == []
     assert (await r.averify()).ok
+
+
+class BlockingEmbedding(BagOfWords):
+    """Blocks ``embed_documents`` (a slow model) while ``block`` is set, until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = False
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.block:
+            self.started.set()
+            self.release.wait(10)
+        return super().embed_documents(texts)
+
+
+class TestWritersAndLocks:
+    """Issue 11 C10."""
+
+    async def test_a_waiting_async_writer_holds_off_new_readers(self) -> None:
+        lock = ReadWriteLock()
+        assert lock.acquire_read()
+
+        async def write() -> str:
+            async with lock.ahold(write=True):
+                return "wrote"
+
+        task = asyncio.create_task(write())
+        for _ in range(3):
+            await asyncio.sleep(0)  # the writer starts and polls
+        assert not task.done()
+        assert lock.acquire_read(blocking=False) is False  # a new reader waits its turn
+        lock.release_read()
+        assert await asyncio.wait_for(task, 5) == "wrote"
+        assert lock.acquire_read(blocking=False) is True
+        lock.release_read()
+
+    async def test_a_cancelled_async_writer_stops_holding_off_readers(self) -> None:
+        lock = ReadWriteLock()
+        assert lock.acquire_read()
+
+        async def write() -> None:
+            async with lock.ahold(write=True):
+                pass
+
+        task = asyncio.create_task(write())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert lock.acquire_read(blocking=False) is True
+        lock.release_read()
+        lock.release_read()
+
+    def test_a_query_does_not_wait_for_another_sources_embedding(self) -> None:
+        emb = BlockingEmbedding()
+        r = SmallToBigRetriever(
+            vectorstore=FaissIndex(emb),
+            child_splitter=size_splitter(8),
+            parent_splitter=section_splitter(30),
+            k=3,
+        )
+        r.add_documents([stable_doc(i) for i in range(STABLE)])
+        expected = r.invoke("stableword1 item")
+        emb.block = True
+        new = Document("Freshword arrives. It is new.", id="fresh")
+        writer = threading.Thread(target=r.add_documents, args=([new],))
+        writer.start()
+        assert emb.started.wait(10)
+        got: list[list[Document]] = []
+        reader = threading.Thread(target=lambda: got.append(r.invoke("stableword1 item")))
+        reader.start()
+        reader.join(timeout=5)
+        answered_while_embedding = not reader.is_alive()
+        emb.release.set()
+        writer.join(10)
+        reader.join(10)
+        assert answered_while_embedding
+        assert got == [expected]
+        assert r.invoke("freshword", k=1)[0].metadata["source_id"] == "fresh"
+        assert r.verify().ok
+
+    def test_two_saves_to_one_path_both_succeed(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        r = make()
+        r.add_documents([stable_doc(i) for i in range(STABLE)])
+        path = tmp_path / "idx"
+        entered, go = threading.Event(), threading.Event()
+        real = persist.write_nodes
+        calls = 0
+
+        def paused(store: Any, file: Path) -> int:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the first save stops half-way through its snapshot
+                entered.set()
+                go.wait(10)
+            return real(store, file)
+
+        monkeypatch.setattr(persist, "write_nodes", paused)
+        errors: list[BaseException] = []
+
+        def save() -> None:
+            try:
+                r.save(path)
+            except BaseException as err:
+                errors.append(err)
+
+        first = threading.Thread(target=save)
+        first.start()
+        assert entered.wait(10)
+        second = threading.Thread(target=save)
+        second.start()
+        second.join(timeout=1)  # with the lock it waits for the first save
+        go.set()
+        first.join(30)
+        second.join(30)
+        assert errors == []
+        assert calls == 2
+        snapshots = [p.name for p in path.iterdir() if p.name.startswith("snapshot-")]
+        assert len(snapshots) == 1
+        assert (path / "CURRENT").read_text().strip() == snapshots[0]
+        loaded = SmallToBigRetriever.load(path, BagOfWords())
+        assert loaded.invoke("stableword2 item") == r.invoke("stableword2 item")

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from langchain_core.documents import Document
 from langchain_core.stores import InMemoryByteStore, InMemoryStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b import FaissIndex, Level, SmallToBigRetriever
 from langchain_s2b.core import lifecycle
 from langchain_s2b.core.ingest import manifest_keys
 from langchain_s2b.core.splitters import section_splitter, size_splitter
@@ -135,6 +136,116 @@ class TestAddAndReAdd:
         assert child_keys(r) == set()
 
 
+class ModelTimeoutError(Exception):
+    """The embedding model timed out."""
+
+
+class FailingEmbedding(CountingEmbedding):
+    """Raises on ``embed_documents`` while ``fail`` is set."""
+
+    fail = False
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.fail:
+            raise ModelTimeoutError
+        return super().embed_documents(texts)
+
+
+class FailingStore(InMemoryStore):
+    """Writes the first ``keep`` pairs of the next ``mset``, then raises."""
+
+    keep: int | None = None
+
+    def mset(self, key_value_pairs: Any) -> None:
+        pairs = list(key_value_pairs)
+        if self.keep is not None:
+            keep, self.keep = self.keep, None
+            super().mset(pairs[:keep])
+            raise OSError("disk full")
+        super().mset(pairs)
+
+
+class TestFailedUpdateKeepsTheOldVersion:
+    """Issue 11 C2: the old version was deleted before the new one was embedded."""
+
+    def test_failed_embedding_keeps_the_old_version(self) -> None:
+        emb = FailingEmbedding()
+        r = make(embedding=emb)
+        r.add_documents(corpus())
+        before = (doc_keys(r), child_keys(r))
+        query = "Sentence 1 of alpha tells about topic 1."
+        served = r.invoke(query, k=1)
+        emb.fail = True
+        changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        with pytest.raises(ModelTimeoutError):
+            r.add_documents([changed, Document(text("delta", 1), id="delta")])
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.invoke(query, k=1) == served
+        assert served[0].metadata["source_id"] == "alpha"
+        assert r.verify().ok
+        emb.fail = False
+        assert r.add_documents([changed]).updated == ["alpha"]
+        assert "subject" in r.invoke(query, k=1)[0].page_content
+
+    @pytest.mark.parametrize("keep", [0, 3])
+    def test_docstore_failing_half_way_keeps_the_old_version(self, keep: int) -> None:
+        store = FailingStore()
+        r = make(docstore=store)
+        r.add_documents(corpus())
+        before = (doc_keys(r), child_keys(r))
+        query = "Sentence 1 of alpha tells about topic 1."
+        served = r.invoke(query, k=1)
+        store.keep = keep
+        changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        with pytest.raises(OSError, match="disk full"):
+            r.add_documents([changed])
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.invoke(query, k=1) == served
+        assert r.verify().ok
+
+    def test_child_index_failing_after_the_docstore_keeps_the_old_version(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        before = (doc_keys(r), child_keys(r))
+        index = r.vectorstore
+        assert isinstance(index, FaissIndex)
+
+        def crash(*args: Any, **kwargs: Any) -> list[str]:
+            raise RuntimeError("crash between the stores")
+
+        index.add_vectors = crash  # type: ignore[method-assign]
+        changed = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        with pytest.raises(RuntimeError, match="between the stores"):
+            r.add_documents([changed, Document(text("delta", 1), id="delta")])
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.verify().ok
+
+    def test_manifest_write_failing_half_way_restores_every_source(self) -> None:
+        store = FailingStore()
+        r = make(docstore=store)
+        r.add_documents(corpus()[:2])
+        before = (doc_keys(r), child_keys(r))
+        changed = [
+            Document(text("alpha", 2).replace("topic", "subject"), id="alpha"),
+            Document(text("gamma", 2), id="gamma"),
+        ]
+        calls = 0
+        original = store.mset
+
+        def on_manifests(pairs: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # nodes first, then the manifests: write one of two
+                store.keep = 1
+            original(pairs)
+
+        store.mset = on_manifests  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="disk full"):
+            r.add_documents(changed)
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.verify().ok
+
+
 class TestDelete:
     def test_delete_removes_from_both_stores(self) -> None:
         r = make()
@@ -197,7 +308,8 @@ class TestVerify:
     def test_interrupted_first_add_leaves_orphans_that_repair_removes(self) -> None:
         r = make()
         r.add_documents(corpus()[1:])
-        interrupted(r, [corpus()[0]], steps=3)  # nodes and leaves written, no manifest
+        # manifests read, leaves embedded, manifests read again, nodes and leaves written
+        interrupted(r, [corpus()[0]], steps=5)
         report = r.verify()
         assert not report.ok
         assert report.orphan_nodes
@@ -208,15 +320,21 @@ class TestVerify:
         assert r.verify().ok
         assert_exact(r, ["beta", "gamma"])
 
-    def test_interrupted_upsert_is_repaired(self) -> None:
+    def test_interrupted_upsert_keeps_the_old_version_and_is_repaired(self) -> None:
         r = make()
         r.add_documents(corpus())
-        longer = Document(text("alpha", 9), id="alpha")
-        interrupted(r, [longer], steps=5)  # old removed, new nodes written, no leaves
-        assert not r.verify().ok
+        old = r.invoke("Sentence 1 of alpha tells about topic 1.", k=1)
+        longer = Document(text("alpha", 9).replace("topic", "subject"), id="alpha")
+        interrupted(r, [longer], steps=4)  # the new generation's nodes written, no leaves
+        report = r.verify()
+        assert not report.ok
+        assert all(k.startswith("alpha.g1/") for k in report.orphan_nodes)
+        # the old version is still the one served, whole
+        assert r.invoke("Sentence 1 of alpha tells about topic 1.", k=1) == old
         r.verify(repair=True)
         assert r.verify().ok
-        assert r.add_documents([longer]).added == ["alpha"]
+        assert_exact(r, ["alpha", "beta", "gamma"])
+        assert r.add_documents([longer]).updated == ["alpha"]
         assert_exact(r, ["alpha", "beta", "gamma"])
 
     def test_lost_node_and_lost_vector_are_rebuilt_from_the_document(self) -> None:
@@ -302,3 +420,117 @@ class TestOtherChildIndexes:
         assert (
             r.invoke("Sentence 1 of beta tells about topic 1.")[0].metadata["source_id"] == "beta"
         )
+
+
+SEPARATOR = {"value": ". "}
+
+
+def split_on_separator(text: str) -> list[str]:
+    """A callable splitter whose behaviour depends on a global, not on its code."""
+    return [part for part in text.split(SEPARATOR["value"]) if part]
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+class TestChangedSplitterIsAChange:
+    """Issue 11 C5: the fingerprint saw only the class name, chunk_size and chunk_overlap."""
+
+    def _re_add(self, first: Any, second: Any) -> lifecycle.IndexingResult:
+        store = InMemoryStore()
+        index = FaissIndex(BagOfWords())
+        doc = Document(text("alpha", 3), id="alpha")
+        a = SmallToBigRetriever(vectorstore=index, docstore=store, levels=[Level("child", first)])
+        a.add_documents([doc])
+        b = SmallToBigRetriever(vectorstore=index, docstore=store, levels=[Level("child", second)])
+        result = b.add_documents([doc])
+        assert b.verify().ok
+        return result
+
+    def test_characters_to_tokens_of_the_same_class(self) -> None:
+        chars = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        words = RecursiveCharacterTextSplitter(
+            chunk_size=100, chunk_overlap=0, length_function=count_words
+        )
+        assert self._re_add(chars, words).updated == ["alpha"]
+        assert fingerprint(chars) != fingerprint(words)
+
+    def test_two_callables(self) -> None:
+        def by_sentence(t: str) -> list[str]:
+            return t.split(". ")
+
+        def by_paragraph(t: str) -> list[str]:
+            return t.split("\n\n")
+
+        assert self._re_add(by_sentence, by_paragraph).updated == ["alpha"]
+        assert fingerprint(by_sentence) != fingerprint(by_paragraph)
+
+    def test_other_settings_of_a_text_splitter(self) -> None:
+        plain = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        other = RecursiveCharacterTextSplitter(
+            chunk_size=100, chunk_overlap=0, separators=["\n\n", "of"]
+        )
+        assert self._re_add(plain, other).updated == ["alpha"]
+
+    def test_a_change_the_description_can_not_see_is_found_by_re_splitting(self) -> None:
+        before = fingerprint(split_on_separator)
+        store, index = InMemoryStore(), FaissIndex(BagOfWords())
+        r = SmallToBigRetriever(
+            vectorstore=index, docstore=store, levels=[Level("child", split_on_separator)]
+        )
+        doc = Document(text("alpha", 3), id="alpha")
+        r.add_documents([doc])
+        SEPARATOR["value"] = "\n\n"
+        try:
+            assert fingerprint(split_on_separator) == before  # same code, same closure
+            assert r.add_documents([doc]).updated == ["alpha"]
+            assert r.add_documents([doc]).unchanged == ["alpha"]
+        finally:
+            SEPARATOR["value"] = ". "
+
+    def test_the_same_splitter_is_unchanged(self) -> None:
+        first = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        again = RecursiveCharacterTextSplitter(chunk_size=100, chunk_overlap=0)
+        assert self._re_add(first, again).unchanged == ["alpha"]
+        assert fingerprint(first) == fingerprint(again)
+
+
+def fingerprint(splitter: Any) -> str:
+    return lifecycle.Config([Level("child", splitter)]).fingerprint()
+
+
+class TestStageThenCommit:
+    """The embedding runs outside the write lock; the commit re-reads the manifests."""
+
+    def test_a_write_in_between_is_built_upon(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        config = r._lifecycle_config()
+        v2 = Document(text("alpha", 2).replace("topic", "subject"), id="alpha")
+        staged = r._io.drive(lifecycle.stage(config, [v2], None), locked=False)
+        r.add_documents([Document(text("alpha", 4), id="alpha")])  # another writer, meanwhile
+        result = r._io.drive(lifecycle.commit(config, staged), write=True)
+        assert result.updated == ["alpha"]
+        assert r.verify().ok
+        assert_exact(r, ["alpha", "beta", "gamma"])
+        (manifest,) = r.docstore.mget(["alpha/manifest"])
+        assert manifest is not None
+        assert manifest.metadata["generation"] == 2
+        hit = r.invoke("Sentence 1 of alpha tells about subject 1.", k=1)[0]
+        assert "subject" in hit.page_content
+        assert r.add_documents([v2]).unchanged == ["alpha"]
+
+    def test_the_same_write_in_between_makes_the_commit_a_no_op(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        config = r._lifecycle_config()
+        v2 = Document(text("alpha", 2), id="alpha")
+        staged = r._io.drive(lifecycle.stage(config, [v2], None), locked=False)
+        r.add_documents([v2])
+        before = (doc_keys(r), child_keys(r))
+        result = r._io.drive(lifecycle.commit(config, staged), write=True)
+        assert result.unchanged == ["alpha"]
+        assert result.updated == []
+        assert (doc_keys(r), child_keys(r)) == before
+        assert r.verify().ok

@@ -144,8 +144,8 @@ class TestRoundTrip:
         r.add_documents(corpus("v2"))
         r.save(tmp_path / "idx")
         names = sorted(p.name for p in (tmp_path / "idx").iterdir())
-        assert len(names) == 2
-        assert names[0] == "CURRENT"
+        assert len(names) == 3
+        assert names[:2] == [persist.LOCK_FILE, "CURRENT"]
         loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
         assert answers(loaded) == answers(r)
 
@@ -201,6 +201,21 @@ class TestRefusals:
             SmallToBigRetriever.load(tmp_path / "idx", emb())
         loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), splitters={"parent": by_line})
         assert answers(loaded) == answers(r)
+
+    def test_a_different_custom_splitter_warns_on_load(self, tmp_path: Path) -> None:
+        """Issue 11 C5: two callables had the same fingerprint, so no warning came."""
+
+        def by_line(text: str) -> list[str]:
+            return text.split("\n")
+
+        def by_blank_line(text: str) -> list[str]:
+            return text.split("\n\n")
+
+        build(parent_splitter=by_line).save(tmp_path / "idx")
+        with pytest.warns(UserWarning, match="differ from the saved ones"):
+            SmallToBigRetriever.load(tmp_path / "idx", emb(), splitters={"parent": by_blank_line})
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), splitters={"parent": by_line})
+        assert loaded.add_documents(corpus()).unchanged == [f"doc-{i}" for i in range(6)]
 
     def test_unsaveable_option(self, tmp_path: Path) -> None:
         r = build(search_kwargs={"filter": lambda meta: True})
@@ -370,13 +385,13 @@ class TestAtomicSave:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
-        leftovers = [p.name for p in path.iterdir() if p.name != "CURRENT"]
+        leftovers = [p.name for p in path.iterdir() if p.name not in {"CURRENT", persist.LOCK_FILE}]
         assert len(leftovers) == 2  # the complete old snapshot and the unfinished new one
         loaded = SmallToBigRetriever.load(path, emb())
         assert answers(loaded) == before
         assert "new-v2" not in {k.split("/")[0] for k in loaded.docstore.yield_keys()}
         loaded.save(path)  # the next save cleans up
-        assert len([p for p in path.iterdir() if p.name != "CURRENT"]) == 1
+        assert len([p for p in path.iterdir() if p.name not in {"CURRENT", persist.LOCK_FILE}]) == 1
 
     def test_error_mid_save_keeps_the_previous_save(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -393,5 +408,5 @@ class TestAtomicSave:
         monkeypatch.setattr(persist, "write_nodes", fail)
         with pytest.raises(OSError, match="disk full"):
             r.save(path)
-        assert len([p for p in path.iterdir() if p.name != "CURRENT"]) == 1
+        assert len([p for p in path.iterdir() if p.name not in {"CURRENT", persist.LOCK_FILE}]) == 1
         assert answers(SmallToBigRetriever.load(path, emb())) == before

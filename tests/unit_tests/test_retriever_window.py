@@ -35,16 +35,44 @@ def _split_ids(doc: Document) -> list[int]:
     return list(doc.metadata["split_ids"])
 
 
+def _matched(doc: Document) -> list[int]:
+    """Split ids of the matches that share a word with the query (score > 0)."""
+    return [m["split_id"] for m in doc.metadata["matches"] if m["score"] > 0]
+
+
 class TestWindowMode:
     def test_default_window_is_three_each_side(self) -> None:
         (doc,) = _retriever(k=1).invoke("word10")
         assert _split_ids(doc) == list(range(7, 14))
         assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
-        assert [m["split_id"] for m in doc.metadata["matches"]] == [10]
+        # Every child the search returned inside the window is a match; only word10 scores.
+        assert [m["split_id"] for m in doc.metadata["matches"]] == list(range(7, 14))
+        assert _matched(doc) == [10]
+        assert doc.metadata["score"] == 0.5
 
     def test_window_size_zero_returns_the_hit_sentences(self) -> None:
         docs = _retriever(k=2).invoke("word4 word15", window_size=0)
-        assert sorted(d.page_content.strip() for d in docs) == [SENTENCES[15], SENTENCES[4]]
+        # A leaf runs to the next one's start: the space after a sentence is its own.
+        assert [d.page_content for d in docs] == [f"{SENTENCES[4]} ", f"{SENTENCES[15]} "]
+
+    def test_k_windows_come_back_and_weak_hits_never_widen_them(self) -> None:
+        """C1: one 20-sentence document, k=3, window_size=0: three one-sentence windows.
+
+        Before the fix, windows that touched were merged, the merged count stayed
+        below k, the fetch doubled, and every weaker hit widened the window: one
+        result covering sentences 0-19 with 20 matches.
+        """
+        docs = _retriever().invoke("word10 word11", k=3, window_size=0)
+        assert [_split_ids(d) for d in docs] == [[10], [11], [0]]
+        assert [d.page_content for d in docs] == [f"{SENTENCES[i]} " for i in (10, 11, 0)]
+        assert [[m["split_id"] for m in d.metadata["matches"]] for d in docs] == [[10], [11], [0]]
+        assert [d.metadata["score"] for d in docs] == [docs[0].metadata["score"]] * 2 + [0.0]
+
+    def test_a_weaker_hit_s_window_stops_where_a_better_one_begins(self) -> None:
+        docs = _retriever(k=2).invoke("word10 word12", window_size=1)
+        assert [_split_ids(d) for d in docs] == [[9, 10, 11], [12, 13]]
+        assert [_matched(d) for d in docs] == [[10], [12]]
+        assert docs[1].page_content == " ".join(SENTENCES[12:14]) + " "
 
     def test_negative_window_size_is_an_error(self) -> None:
         with pytest.raises(ValueError, match="window_size must be 0 or more; got -1"):
@@ -54,30 +82,27 @@ class TestWindowMode:
         (doc,) = _retriever(k=1).invoke("word10", window_before=1, window_after=4)
         assert _split_ids(doc) == list(range(9, 15))
 
-    def test_adjacent_hits_coalesce_into_one_window(self) -> None:
-        found = _retriever(k=2).invoke("word10 word11 word3", window_size=1)
-        docs = sorted(found, key=lambda d: d.metadata["start"], reverse=True)
-        assert _split_ids(docs[0]) == [9, 10, 11, 12]
-        assert sorted(m["split_id"] for m in docs[0].metadata["matches"]) == [10, 11]
-        assert docs[0].metadata["score"] == max(m["score"] for m in docs[0].metadata["matches"])
-        assert _split_ids(docs[1]) == [2, 3, 4]
+    def test_a_hit_inside_a_better_window_joins_it(self) -> None:
+        docs = _retriever(k=2).invoke("word10 word11 word3", window_size=1)
+        # Ties rank in document order: word3's window first, then word10's, which holds word11.
+        assert [_split_ids(d) for d in docs] == [[2, 3, 4], [9, 10, 11]]
+        assert [_matched(d) for d in docs] == [[3], [10, 11]]
+        assert docs[1].metadata["score"] == max(m["score"] for m in docs[1].metadata["matches"])
 
-    def test_weaker_hits_beyond_k_windows_never_widen_a_window(self) -> None:
+    def test_weaker_hits_never_widen_a_window(self) -> None:
         (doc,) = _retriever(k=1).invoke("word10 word11", window_size=1)
-        (match,) = doc.metadata["matches"]
-        assert match["split_id"] in (10, 11)
-        assert _split_ids(doc) == [match["split_id"] - 1, match["split_id"], match["split_id"] + 1]
+        assert _split_ids(doc) == [9, 10, 11]
+        assert _matched(doc) == [10, 11]
 
     def test_coalescing_can_be_switched_off(self) -> None:
         docs = _retriever(k=2).invoke("word10 word11", window_size=1, coalesce=False)
-        assert len(docs) == 2
-        assert {tuple(_split_ids(d)) for d in docs} == {(9, 10, 11), (10, 11, 12)}
+        assert [_split_ids(d) for d in docs] == [[9, 10, 11], [10, 11, 12]]
+        assert [[m["split_id"] for m in d.metadata["matches"]] for d in docs] == [[10], [11]]
 
     def test_k_counts_windows_after_coalescing(self) -> None:
         docs = _retriever(k=2, fetch_k=2).invoke("word10 word11 word1", window_size=1)
-        assert len(docs) == 2
-        spans = sorted((d.metadata["start"], d.metadata["end"]) for d in docs)
-        assert spans[0][1] <= spans[1][0]
+        assert [_split_ids(d) for d in docs] == [[0, 1, 2], [9, 10, 11]]
+        assert [_matched(d) for d in docs] == [[1], [10, 11]]
 
     def test_window_never_changes_the_ranking(self) -> None:
         retriever = _retriever(k=3)
@@ -87,6 +112,7 @@ class TestWindowMode:
             return str(max(top.metadata["matches"], key=lambda m: m["score"])["key"])
 
         assert best(0) == best(5) == "s/sentence/3"
+        assert [_split_ids(d) for d in retriever.invoke("word3", window_size=0)] == [[3], [0], [1]]
 
     def test_window_stops_at_the_document_edges(self) -> None:
         (doc,) = _retriever(k=1).invoke("word0")
@@ -97,7 +123,7 @@ class TestWindowMode:
     def test_missing_neighbour_ends_the_window_and_says_so(self) -> None:
         retriever = _retriever(k=1)
         retriever.docstore.mdelete(["s/sentence/8"])
-        (doc,) = retriever.invoke("word10")
+        (doc,) = retriever.invoke("word10", fetch_k=1)  # the one hit: sentence 10
         assert _split_ids(doc) == [9, 10, 11, 12, 13]
         assert doc.metadata["missing_split_ids"] == [8]
         assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
@@ -113,4 +139,5 @@ class TestWindowMode:
         retriever = _retriever(k=2)
         sync = retriever.invoke("word5 word12", window_size=2)
         asy = await retriever.ainvoke("word5 word12", window_size=2)
-        assert [d.page_content for d in sync] == [d.page_content for d in asy]
+        assert asy == sync
+        assert [_split_ids(d) for d in sync] == [[3, 4, 5, 6, 7], [10, 11, 12, 13, 14]]

@@ -19,6 +19,8 @@ from langchain_s2b.expander import chunk_key
 from langchain_s2b.retriever import SmallToBigRetriever
 from langchain_s2b.store.codec import DocumentCodecStore
 
+from ..reference import marked_spans
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community's sunset notice
     from langchain_community.retrievers import BM25Retriever
@@ -112,10 +114,17 @@ class TestWindowSplitter:
     def test_any_text_splitter(self, splitter):
         store = InMemoryStore()
         out = WindowSplitter(splitter, store).split_documents([Document(page_content=TEXT, id="t")])
-        assert len(out) > 1
-        for chunk in out:
-            start = chunk.metadata["split_idx_start"]
-            assert TEXT[start : start + len(chunk.page_content)] == chunk.page_content
+        if isinstance(splitter, SentenceSplitter):
+            expected = [(TEXT.index(s), TEXT.index(s) + len(s)) for s in SENTENCES]
+        else:  # the splitter's own cuts (tests/reference.py)
+            expected = marked_spans(splitter.split_text, ".")(TEXT)
+        assert len(expected) > 1
+        got = [
+            (c.metadata["split_idx_start"], c.metadata["split_idx_start"] + len(c.page_content))
+            for c in out
+        ]
+        assert got == expected
+        assert [c.page_content for c in out] == [TEXT[a:b] for a, b in expected]
 
     def test_source_id_falls_back_to_document_id_then_text_hash(self):
         docs = [Document(page_content="One. Two.", id="given"), Document(page_content="Three.")]

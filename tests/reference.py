@@ -1,0 +1,501 @@
+"""A slow, obviously correct statement of every retrieval mode's contract (tests only).
+
+It works from three things only: the source texts, each level's exact spans
+(computed by the caller, not by the library), and the score the child index
+gives each child. :func:`retrieve` returns the ``Document`` list that
+``SmallToBigRetriever.invoke`` must return, metadata included.
+
+The contract, written once here:
+
+* **Search.** A search ``fetch`` deep returns the ``fetch`` best children that
+  pass the filter. When the ``fetch``-th and the next child score the same,
+  the engine chose among equals, so that whole group of equal scores is left
+  out. It is *exhausted* when no more than ``fetch`` children match. ``fetch``
+  starts at ``max(fetch_k, k)`` and doubles until ``k`` results exist or the
+  search is exhausted. Hits rank by score, ties in document order (source key,
+  then split id).
+* **parent.** One result per parent of a hit, ranked by its best hit (ties in
+  document order); the first ``k``. ``matches``: every hit inside.
+* **window.** Hits seed windows best first. A hit inside an earlier window of
+  its source joins it (a match; it widens nothing). Any other hit, while fewer
+  than ``k`` windows exist, seeds a window of the free splits around it, at
+  most ``before``/``after`` splits away: it stops where an earlier window
+  begins. Touching windows stay separate results. Without ``coalesce`` the
+  ``k`` best hits each get their full window and only their own match.
+* **multilevel.** One context per source, ranked by best hit; the first ``k``.
+  Evidence: the source's hits within ``margin`` of its best and not below the
+  score of the query's ``fetch_k``-th hit (the best always counts). The
+  context is the lowest node that holds all evidence. With ``max_tokens``, the
+  contexts share the budget in rank order, each stepping down a ladder until
+  it fits: the nodes one level lower holding evidence (adjacent ones joined),
+  down to paragraphs; then every evidence paragraph clipped around its best
+  hit, paragraphs that fit in an equal share of the budget kept whole and the
+  rest sharing what is left; the weakest paragraph is dropped only when a
+  clip would cut its best hit.
+* **max_tokens (parent, window).** Results in rank order while they fit
+  (``ceil(chars / 4)`` tokens); the first that does not fit is clipped around
+  its best match, if that match fits, and nothing after it is returned.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.documents import Document
+
+from langchain_s2b.core.keys import encode_source_key, node_key
+
+Spans = Callable[[str], list[tuple[int, int]]]
+"""A level's exact splitting: text -> raw spans (before tiling)."""
+
+
+# Spans ------------------------------------------------------------------------------
+
+
+def separated_spans(separator: str) -> Spans:
+    """Spans of the pieces between matches of ``separator`` (whitespace-only pieces dropped)."""
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        cuts = [0]
+        for m in re.finditer(separator, text):
+            cuts += [m.start(), m.end()]
+        cuts.append(len(text))
+        pairs = [(cuts[i], cuts[i + 1]) for i in range(0, len(cuts), 2)]
+        return [(a, b) for a, b in pairs if text[a:b].strip()]
+
+    return spans
+
+
+def marked_spans(split_text: Callable[[str], list[str]], keep: str) -> Spans:
+    """Exact spans of a splitter whose cuts depend only on ``keep`` chars and lengths.
+
+    Every other character is replaced by a character of its own (Unicode
+    private use), the splitter runs on that text, and each chunk is found at
+    its one and only place. Right for LangChain's character splitters.
+    """
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        marked = "".join(
+            c if c.isspace() or c in keep else chr(0xF0000 + i) for i, c in enumerate(text)
+        )
+        out = []
+        for chunk in split_text(marked):
+            if not chunk.strip():
+                continue
+            start = marked.index(chunk)
+            assert marked.count(chunk) == 1, chunk
+            out.append((start, start + len(chunk)))
+        return out
+
+    return spans
+
+
+def tile(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int]]:
+    """The tiling contract: the first span starts at 0, each reaches the next one's start."""
+    ordered = sorted(set(spans))
+    if not ordered:
+        return [(0, length)] if length else []
+    out = []
+    for i, (start, end) in enumerate(ordered):
+        nxt = ordered[i + 1][0] if i + 1 < len(ordered) else length
+        out.append((0 if i == 0 else start, max(end, nxt)))
+    return out
+
+
+# The tree ---------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    """One node: its level, ordinal, span and parent."""
+
+    source: Source
+    level: str
+    split_id: int
+    start: int
+    end: int
+    parent: Node | None
+
+    @property
+    def key(self) -> str:
+        return node_key(self.source.key, self.level, self.split_id)
+
+    @property
+    def chain(self) -> list[Node]:
+        """Enclosing nodes, nearest first, up to the document."""
+        out, node = [], self.parent
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out
+
+
+@dataclass
+class Source:
+    """One source with its nodes, level by level (finest first, the document last)."""
+
+    source_id: str
+    text: str
+    metadata: dict[str, Any]
+    levels: dict[str, list[Node]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return encode_source_key(self.source_id)
+
+
+def build(
+    source_id: str, text: str, metadata: dict[str, Any], levels: Sequence[tuple[str, Spans]]
+) -> Source:
+    """Split ``text`` level by level (coarsest first), each inside its parents."""
+    source = Source(source_id, text, metadata)
+    parents = [Node(source, "doc", 0, 0, len(text), None)]
+    source.levels["doc"] = parents
+    for name, spans in reversed(levels):
+        nodes: list[Node] = []
+        for parent in parents:
+            inner = text[parent.start : parent.end]
+            for a, b in tile(spans(inner), len(inner)):
+                nodes.append(
+                    Node(source, name, len(nodes), parent.start + a, parent.start + b, parent)
+                )
+        source.levels[name] = nodes
+        parents = nodes
+    return source
+
+
+def leaves(source: Source, leaf_level: str) -> list[Node]:
+    """The embedded level of a source (none when its text is blank)."""
+    return source.levels[leaf_level] if source.text.strip() else []
+
+
+# Search -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A child the search returned, with its score."""
+
+    node: Node
+    score: float
+
+    @property
+    def order(self) -> tuple[float, str, int]:
+        return (-self.score, self.node.source.key, self.node.split_id)
+
+    def match(self) -> dict[str, Any]:
+        n = self.node
+        return {"key": n.key, "split_id": n.split_id, "score": self.score, "start": n.start}
+
+
+def settle(ranked: list[Hit], fetch: int) -> tuple[list[Hit], bool]:
+    """The search contract: ``fetch`` best, minus a tie group the cut would split."""
+    if len(ranked) <= fetch:
+        return ranked, True
+    cut = ranked[fetch - 1].score
+    if ranked[fetch].score < cut:
+        return ranked[:fetch], False
+    return [h for h in ranked[:fetch] if h.score > cut], False
+
+
+Oracle = Callable[[int], list[Hit]]
+"""``fetch`` -> the matching children the index ranks (all of them for an exact index)."""
+
+
+# Results ----------------------------------------------------------------------------
+
+
+def matches(hits: Sequence[Hit], start: int, end: int) -> list[dict[str, Any]]:
+    """Citation records of the hits inside ``[start, end)``, in text order."""
+    inside = [h for h in hits if start <= h.node.start and h.node.end <= end]
+    out = []
+    for h in sorted(inside, key=lambda h: h.node.start):
+        record = h.match()
+        record["end"] = h.node.end
+        out.append(record)
+    return out
+
+
+def result(
+    source: Source, start: int, end: int, hits: Sequence[Hit], mode: str, level: str, **extra: Any
+) -> Document:
+    """A result document with the metadata every result carries."""
+    found = matches(hits, start, end)
+    meta = {
+        **source.metadata,
+        "score": max(m["score"] for m in found),
+        "mode": mode,
+        "source_id": source.source_id,
+        "start": start,
+        "end": end,
+        "level": level,
+        "matches": found,
+    }
+    doc_id = extra.pop("id", None)
+    meta.update(extra)
+    return Document(page_content=source.text[start:end], metadata=meta, id=doc_id)
+
+
+def tokens(n_chars: int) -> int:
+    """The budget's token estimate."""
+    return math.ceil(n_chars / 4)
+
+
+def clip(doc: Document, max_chars: int) -> Document | None:
+    """``doc`` cut to ``max_chars`` centred on its best match (never cutting it)."""
+    meta = doc.metadata
+    start, end = meta["start"], meta["end"]
+    best = max(meta["matches"], key=lambda m: m["score"])  # ties: the first in text order
+    length = best["end"] - best["start"]
+    if length > max_chars:
+        return None
+    lo = max(start, best["start"] - (max_chars - length) // 2)
+    hi = min(end, lo + max_chars)
+    lo = max(start, hi - max_chars)
+    kept = [m for m in meta["matches"] if lo <= m["start"] and m["end"] <= hi]
+    new = {**meta, "start": lo, "end": hi, "matches": kept, "truncated": True}
+    new["escalation"] = "budget-trimmed"
+    text = doc.page_content[lo - start : hi - start]
+    return Document(page_content=text, metadata=new, id=doc.id)
+
+
+def fit(docs: list[Document], max_tokens: int | None) -> list[Document]:
+    """Parent/window budget: whole results while they fit, then one clip."""
+    if max_tokens is None:
+        return docs
+    out, left = [], max_tokens
+    for doc in docs:
+        cost = tokens(len(doc.page_content))
+        if cost <= left:
+            out.append(doc)
+            left -= cost
+            continue
+        clipped = clip(doc, left * 4)
+        if clipped is not None:
+            out.append(clipped)
+        break
+    return out
+
+
+# Modes ------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    """The retrieval options the reference reads."""
+
+    k: int = 4
+    fetch_k: int = 20
+    before: int = 3
+    after: int = 3
+    coalesce: bool = True
+    max_tokens: int | None = None
+    margin: float = 0.1
+
+
+def parent_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
+    """(number of candidate results, the results)."""
+    by_parent: dict[int, tuple[Node, list[Hit]]] = {}
+    for hit in hits:
+        parent = hit.node.parent
+        assert parent is not None
+        by_parent.setdefault(id(parent), (parent, []))[1].append(hit)
+    ranked = sorted(
+        by_parent.values(),
+        key=lambda pair: (-max(h.score for h in pair[1]), pair[0].source.key, pair[0].start),
+    )
+    docs = [
+        result(p.source, p.start, p.end, hs, "parent", p.level, id=p.key) for p, hs in ranked[: s.k]
+    ]
+    return len(ranked), fit(docs, s.max_tokens)
+
+
+def window_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
+    """(number of windows, the results)."""
+    windows: list[tuple[Source, int, int, list[Hit]]] = []
+    owner: dict[tuple[str, int], int] = {}
+    for hit in hits:
+        node = hit.node
+        here = (node.source.key, node.split_id)
+        if s.coalesce and here in owner:
+            windows[owner[here]][3].append(hit)
+            continue
+        if len(windows) >= s.k:
+            continue
+        n = len(node.source.levels[node.level])
+        lo = hi = node.split_id
+        key = node.source.key
+        while lo - 1 >= max(0, node.split_id - s.before) and free(owner, key, lo - 1, s):
+            lo -= 1
+        while hi + 1 <= min(n - 1, node.split_id + s.after) and free(owner, key, hi + 1, s):
+            hi += 1
+        for j in range(lo, hi + 1):
+            owner.setdefault((node.source.key, j), len(windows))
+        windows.append((node.source, lo, hi, [hit]))
+    docs = []
+    for source, lo, hi, members in windows:
+        nodes = source.levels[members[0].node.level][lo : hi + 1]
+        start, end = nodes[0].start, max(n.end for n in nodes)
+        extra = {"split_ids": list(range(lo, hi + 1)), "missing_split_ids": [], "gaps": []}
+        docs.append(result(source, start, end, members, "window", nodes[0].level, **extra))
+    return len(windows), fit(docs, s.max_tokens)
+
+
+def free(owner: dict[tuple[str, int], int], key: str, split: int, s: Settings) -> bool:
+    """Whether a split can join a new window (always, without ``coalesce``)."""
+    return not s.coalesce or (key, split) not in owner
+
+
+def multilevel_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
+    """(number of sources hit, the results)."""
+    by_source: dict[str, list[Hit]] = {}
+    for hit in hits:
+        by_source.setdefault(hit.node.source.key, []).append(hit)
+    ranked = sorted(by_source.items(), key=lambda item: (-item[1][0].score, item[0]))
+    scores = [h.score for h in hits]
+    floor = scores[min(s.fetch_k, len(scores)) - 1] if scores else -math.inf
+    docs: list[Document] = []
+    left = s.max_tokens
+    for rank_no, (_, source_hits) in enumerate(ranked[: s.k]):
+        best = source_hits[0].score
+        cut = max(best - s.margin, min(floor, best))
+        evidence = [h for h in source_hits if h.score >= cut]
+        parts, cost = context(evidence, left)
+        docs += [part(evidence, p, rank_no) for p in parts]
+        if left is not None:
+            left -= cost
+            if left <= 0:
+                break
+    return len(ranked), docs
+
+
+@dataclass
+class Part:
+    """One multilevel result before it is built: nodes joined, or a clip of one node."""
+
+    nodes: list[Node]
+    label: str
+    clip_chars: int | None = None
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.nodes[0].start, max(n.end for n in self.nodes)
+
+
+def context(evidence: list[Hit], left: int | None) -> tuple[list[Part], int]:
+    """The parts of one context and their token cost."""
+    chains = [h.node.chain for h in evidence]
+    depth = min(len(c) for c in chains)
+    top = next(i for i in range(depth) if len({id(c[i]) for c in chains}) == 1)
+    why = "single-parent" if top == 0 else "spans-parents"
+    for level in range(top, -1, -1):
+        nodes = {id(c[level]): c[level] for c in chains}
+        parts = joined(sorted(nodes.values(), key=lambda n: n.start))
+        label = why if level == top else "budget-trimmed"
+        cost = sum(tokens(p.span[1] - p.span[0]) for p in parts)
+        if left is None or cost <= left:
+            return [Part(p.nodes, label) for p in parts], cost
+    assert left is not None
+    return clips(evidence, left)
+
+
+def joined(nodes: list[Node]) -> list[Part]:
+    """Adjacent or overlapping nodes (sorted by start) joined into runs."""
+    runs: list[Part] = []
+    for node in nodes:
+        if runs and node.start <= runs[-1].span[1]:
+            runs[-1].nodes.append(node)
+        else:
+            runs.append(Part([node], ""))
+    return runs
+
+
+def clips(evidence: list[Hit], left: int) -> tuple[list[Part], int]:
+    """The ladder's bottom rung (see the module docstring)."""
+    paragraphs: list[tuple[Node, Hit]] = []
+    for hit in sorted(evidence, key=lambda h: h.order):
+        para = hit.node.chain[0]
+        if all(p is not para for p, _ in paragraphs):
+            paragraphs.append((para, hit))
+    for n in range(len(paragraphs), 0, -1):
+        chosen = paragraphs[:n]
+        costs = [tokens(p.end - p.start) for p, _ in chosen]
+        shares = share_out(costs, left)
+        if shares is None:
+            continue
+        if any(
+            sh is not None and tokens(len_of(h)) > sh
+            for sh, (_, h) in zip(shares, chosen, strict=False)
+        ):
+            continue
+        parts = [
+            Part([p], "budget-trimmed", None if sh is None else sh * 4)
+            for sh, (p, _) in zip(shares, chosen, strict=False)
+        ]
+        total = sum(c if sh is None else sh for c, sh in zip(costs, shares, strict=False))
+        return sorted(parts, key=lambda p: p.span[0]), total
+    return [], 0
+
+
+def len_of(hit: Hit) -> int:
+    return hit.node.end - hit.node.start
+
+
+def share_out(costs: list[int], budget: int) -> list[int | None] | None:
+    """Water-filling: cheapest first, whole (``None``) while a cost fits an equal share.
+
+    The rest share what is left equally; ``None`` when that share would be 0.
+    """
+    order = sorted(range(len(costs)), key=lambda i: costs[i])
+    whole: set[int] = set()
+    left = budget
+    for pos, i in enumerate(order):
+        if costs[i] > left // (len(order) - pos):
+            break
+        whole.add(i)
+        left -= costs[i]
+    rest = len(costs) - len(whole)
+    if rest == 0:
+        return [None] * len(costs)
+    if left // rest < 1:
+        return None
+    return [None if i in whole else left // rest for i in range(len(costs))]
+
+
+def part(evidence: list[Hit], p: Part, rank_no: int) -> Document:
+    """Build one multilevel part (clipped when its share says so)."""
+    start, end = p.span
+    node = p.nodes[0]
+    extra: dict[str, Any] = {"escalation": p.label, "context": rank_no, "id": node.key}
+    if len(p.nodes) > 1:
+        extra["keys"] = [n.key for n in p.nodes]
+    doc = result(node.source, start, end, evidence, "multilevel", node.level, **extra)
+    if p.clip_chars is not None and len(doc.page_content) > p.clip_chars:
+        clipped = clip(doc, p.clip_chars)
+        assert clipped is not None
+        return clipped
+    return doc
+
+
+MODES: Mapping[str, Callable[[list[Hit], Settings], tuple[int, list[Document]]]] = {
+    "parent": parent_mode,
+    "window": window_mode,
+    "multilevel": multilevel_mode,
+}
+
+
+def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
+    """The documents ``invoke`` must return, given what the index ranks."""
+    fetch = max(s.fetch_k, s.k)
+    while True:
+        ranked = sorted(oracle(fetch), key=lambda h: h.order)
+        hits, exhausted = settle(ranked, fetch)
+        hits = sorted(hits, key=lambda h: h.order)
+        count, docs = MODES[mode](hits, s)
+        if count >= s.k or exhausted:
+            return docs
+        fetch *= 2

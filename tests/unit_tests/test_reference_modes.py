@@ -1,0 +1,389 @@
+"""Differential tests: every mode, through every child index, equals tests/reference.py.
+
+Random corpora (repeated sentences and paragraphs, one-sentence and blank
+sources, Unicode ids and words), random settings and filters, three kinds of
+leaf splitter, and every child index the README names. The embedding is exact
+and tiny (topic-word counts), so scores tie and are zero often.
+
+Exact indexes (``FaissIndex("Flat")``, ``InMemoryVectorStore``,
+``langchain_community`` ``FAISS``): the reference ranks every child by the score
+the index gives it. Approximate ones (IVF, HNSW, PQ): the reference works from
+the children the index actually returned for each search (recorded by wrapping
+``search_rows``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
+from langchain_text_splitters import CharacterTextSplitter, RecursiveCharacterTextSplitter
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core.keys import node_key
+from langchain_s2b.core.tree import Level
+
+from .. import reference as ref
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from langchain_community.docstore.in_memory import InMemoryDocstore
+    from langchain_community.vectorstores import FAISS
+
+TOPICS = ["apple", "river", "stone", "délta", "東京", "🙂", "zeta"]
+FILLER = ["the", "of", "and", "ω"]
+SENTENCE_SEP = r"(?<=\.)\s+"
+PARAGRAPH_SEP = r"\n\n+"
+SECTION_SEP = r"\n\n\n\n+"
+
+
+class TopicEmbedding(Embeddings):
+    """Counts of the topic words, plus a constant dimension for documents (never zero)."""
+
+    def _vector(self, text: str, bias: float) -> list[float]:
+        words = re.findall(r"[^\s.]+", text)
+        return [float(words.count(t)) for t in TOPICS] + [bias]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vector(t, 1.0) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text, 0.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_faiss_thread() -> Iterator[None]:
+    """Training a tiny IVF/PQ index on many OpenMP threads costs more than the whole test."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
+
+
+# Corpora ----------------------------------------------------------------------------
+
+WORDS = TOPICS + FILLER
+
+
+@st.composite
+def source_text(draw: st.DrawFn) -> str:
+    """Sections of paragraphs of sentences, drawn from small pools so that text repeats."""
+    shape = draw(st.lists(st.integers(0, 2**16 - 1), min_size=4, max_size=4))
+    if shape[0] % 10 == 0:
+        return ["", "   ", "\n\n"][shape[1] % 3]
+    seed = iter(draw(st.lists(st.integers(0, len(WORDS) - 1), min_size=12, max_size=12)))
+    pool = [
+        " ".join(WORDS[next(seed)] for _ in range(1 + i % 3)) + "." for i in range(1 + shape[1] % 4)
+    ]
+    if shape[0] % 10 == 1:  # a one-sentence document
+        return pool[0]
+    paras = [
+        " ".join(pool[(shape[2] >> j) % len(pool)] for j in range(1 + (shape[2] + i) % 4))
+        for i in range(1 + shape[3] % 3)
+    ]
+    sections = [
+        "\n\n".join(paras[(shape[3] >> j) % len(paras)] for j in range(1 + (shape[1] + i) % 3))
+        for i in range(1 + shape[0] % 3)
+    ]
+    return "\n\n\n\n".join(sections)
+
+
+SOURCE_IDS = ["s0", "s/1", "é 2", "東京-3"]
+
+
+@st.composite
+def corpus(draw: st.DrawFn) -> list[tuple[str, str, dict[str, Any]]]:
+    n = draw(st.integers(1, 4))
+    return [
+        (
+            SOURCE_IDS[i],
+            draw(source_text()),
+            {"topic": draw(st.sampled_from("ab")), "n": draw(st.integers(0, 3))},
+        )
+        for i in range(n)
+    ]
+
+
+# Leaf splitters: the library's splitter and the reference's exact spans --------------
+
+
+@dataclass
+class LeafSplitter:
+    name: str
+    splitter: Any
+    spans: ref.Spans
+
+
+def sentence_callable() -> LeafSplitter:
+    spans = ref.separated_spans(SENTENCE_SEP)
+    return LeafSplitter(
+        "sentences (callable)", lambda text: [text[a:b] for a, b in spans(text)], spans
+    )
+
+
+@st.composite
+def leaf_splitter(draw: st.DrawFn) -> LeafSplitter:
+    kind = draw(st.sampled_from(["callable", "recursive", "character"]))
+    if kind == "callable":
+        return sentence_callable()
+    size = draw(st.integers(6, 40))
+    overlap = draw(st.sampled_from([0, 0, size // 4, size // 2]))
+    if kind == "recursive":
+        sp: Any = RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap)
+    else:
+        sp = CharacterTextSplitter(separator=" ", chunk_size=size, chunk_overlap=overlap)
+    return LeafSplitter(f"{kind}({size}, {overlap})", sp, ref.marked_spans(sp.split_text, ""))
+
+
+def callable_of(separator: str) -> Callable[[str], list[str]]:
+    spans = ref.separated_spans(separator)
+    return lambda text: [text[a:b] for a, b in spans(text)]
+
+
+def levels_for(mode: str, leaf: LeafSplitter) -> tuple[list[Level], list[tuple[str, ref.Spans]]]:
+    """The library's levels and the reference's, finest first."""
+    if mode == "window":
+        names = [("sentence", None)]
+    elif mode == "parent":
+        names = [("child", None), ("parent", PARAGRAPH_SEP)]
+    else:
+        names = [("sentence", None), ("paragraph", PARAGRAPH_SEP), ("section", SECTION_SEP)]
+    lib = [Level(n, leaf.splitter if sep is None else callable_of(sep)) for n, sep in names]
+    mine = [(n, leaf.spans if sep is None else ref.separated_spans(sep)) for n, sep in names]
+    return lib, mine
+
+
+# Child indexes ----------------------------------------------------------------------
+
+INDEXES = ["flat", "inmemory", "community", "ivf", "hnsw", "pq"]
+EXACT = {"flat", "inmemory", "community"}
+
+
+def make_index(kind: str, train_size: int) -> VectorStore:
+    emb = TopicEmbedding()
+    if kind == "flat":
+        return FaissIndex(emb, "Flat")
+    if kind == "ivf":
+        return FaissIndex(emb, "IVF4,Flat", train_size=train_size)
+    if kind == "hnsw":
+        return FaissIndex(emb, "HNSW32")
+    if kind == "pq":
+        return FaissIndex(emb, "PQ4x4np", train_size=max(train_size, 16))
+    if kind == "inmemory":
+        return InMemoryVectorStore(emb)
+    dim = len(TOPICS) + 1
+    return FAISS(emb, faiss.IndexFlatL2(dim), InMemoryDocstore(), {}, normalize_L2=True)
+
+
+def all_scores(store: VectorStore, vector: list[float]) -> list[tuple[dict[str, Any], float]]:
+    """Every child's metadata and score, straight from the index (exact indexes)."""
+    if isinstance(store, FaissIndex):
+        scores, rows = store.search_rows(np.asarray([vector]), len(store))
+        found = store.records(rows[0].tolist())
+        return [
+            (f[2], float(s))
+            for f, s in zip(found, scores[0].tolist(), strict=False)
+            if f is not None
+        ]
+    n = len(store.store) if isinstance(store, InMemoryVectorStore) else store.index.ntotal  # type: ignore[attr-defined]
+    pairs = store.similarity_search_with_score_by_vector(vector, k=max(n, 1))  # type: ignore[attr-defined]
+    fn = store._select_relevance_score_fn() if isinstance(store, FAISS) else (lambda x: x)
+    return [(doc.metadata, float(fn(score))) for doc, score in pairs]
+
+
+def exact_score(index: str, query: list[float], node: ref.Node) -> float:
+    """The child's cosine similarity, as the index reports it (L2 FAISS: ``1 - d / sqrt 2``)."""
+    text = node.source.text[node.start : node.end]
+    q, d = np.asarray(query), np.asarray(TopicEmbedding().embed_documents([text])[0])
+    cos = float(q @ d / (np.linalg.norm(q) * np.linalg.norm(d)))
+    return 1.0 - (2.0 - 2.0 * cos) / np.sqrt(2.0) if index == "community" else cos
+
+
+def key_of(meta: dict[str, Any]) -> str:
+    return node_key(meta["source_key"], meta["level"], int(meta["split_id"]))
+
+
+# Filters: the dict the retriever gets, and the reference's own predicate ---------------
+
+FILTERS: list[tuple[dict[str, Any] | None, Callable[[dict[str, Any]], bool]]] = [
+    (None, lambda m: True),
+    ({"topic": "a"}, lambda m: m["topic"] == "a"),
+    ({"topic": {"$in": ["b"]}}, lambda m: m["topic"] == "b"),
+    ({"n": {"$gte": 2}}, lambda m: m["n"] >= 2),
+    ({"$or": [{"topic": "a"}, {"n": 0}]}, lambda m: m["topic"] == "a" or m["n"] == 0),
+    ({"n": {"$ne": 1}, "topic": "b"}, lambda m: m["n"] != 1 and m["topic"] == "b"),
+]
+
+
+@st.composite
+def options(draw: st.DrawFn) -> dict[str, Any]:
+    before, after = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    return {
+        "k": draw(st.integers(1, 5)),
+        "fetch_k": draw(st.integers(1, 8)),
+        "window_before": before,
+        "window_after": after,
+        "coalesce": draw(st.booleans()),
+        "max_tokens": draw(st.one_of(st.none(), st.integers(1, 40), st.integers(40, 300))),
+        "margin": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3, 1.0])),
+    }
+
+
+queries = st.lists(st.sampled_from(TOPICS), min_size=1, max_size=3).map(" ".join)
+
+
+# The comparison ---------------------------------------------------------------------
+
+
+def keep_any(case: Case) -> bool:
+    """Whether the case's filter lets any non-blank source through."""
+    keep = FILTERS[case.filter_no][1]
+    return any(text.strip() and keep(meta) for _, text, meta in case.docs)
+
+
+@dataclass
+class Case:
+    mode: str
+    docs: list[tuple[str, str, dict[str, Any]]]
+    leaf: LeafSplitter
+    index: str
+    train_size: int
+    query: str
+    opts: dict[str, Any]
+    filter_no: int
+
+
+def run(case: Case) -> None:
+    lib_levels, ref_levels = levels_for(case.mode, case.leaf)
+    store = make_index(case.index, case.train_size)
+    retriever = SmallToBigRetriever(vectorstore=store, levels=lib_levels, mode=case.mode)
+    retriever.add_documents(
+        [Document(page_content=text, metadata=meta) for _, text, meta in case.docs],
+        ids=[sid for sid, _, _ in case.docs],
+    )
+    sources = [ref.build(sid, text, meta, ref_levels) for sid, text, meta in case.docs]
+    leaf_level = ref_levels[0][0]
+    nodes = {n.key: n for s in sources for n in ref.leaves(s, leaf_level)}
+    flt, keep = FILTERS[case.filter_no]
+
+    raw: dict[int, list[list[tuple[str, float]]]] = defaultdict(list)
+    if case.index not in EXACT:
+        record_searches(retriever, store, raw)
+
+    got = retriever.invoke(case.query, filter=flt, **case.opts)
+
+    def hits_of(pairs: list[tuple[str, float]]) -> list[ref.Hit]:
+        return [ref.Hit(nodes[k], s) for k, s in pairs if keep(nodes[k].source.metadata)]
+
+    if case.index in EXACT:
+        vector = TopicEmbedding().embed_query(case.query)
+        every = hits_of([(key_of(m), s) for m, s in all_scores(store, vector)])
+        assert sorted(h.node.key for h in every) == sorted(
+            k for k, n in nodes.items() if keep(n.source.metadata)
+        )
+
+        for hit in every:  # the index is exact: its scores are the cosines (or their transform)
+            assert hit.score == pytest.approx(exact_score(case.index, vector, hit.node), abs=1e-5)
+
+        def oracle(fetch: int) -> list[ref.Hit]:
+            return every
+    else:
+
+        def oracle(fetch: int) -> list[ref.Hit]:
+            assert raw[fetch], f"the retriever never searched {fetch} deep; it searched {list(raw)}"
+            return hits_of(raw[fetch][-1])
+
+    o = case.opts
+    settings = ref.Settings(
+        k=o["k"],
+        fetch_k=o["fetch_k"],
+        before=o["window_before"],
+        after=o["window_after"],
+        coalesce=o["coalesce"],
+        max_tokens=o["max_tokens"],
+        margin=o["margin"],
+    )
+    want = ref.retrieve(case.mode, oracle, settings)
+    event(f"index: {case.index}")
+    event(f"results: {min(len(want), 3)}{'+' if len(want) >= 3 else ''}")
+    event(f"k windows/parents/contexts filled: {len(want) >= case.opts['k']}")
+    if any(d.metadata.get("truncated") for d in want):
+        event("a result clipped by max_tokens")
+    if case.mode == "multilevel" and len({d.metadata["context"] for d in want}) < len(want):
+        event("a context in several parts")
+    if not want:
+        reason = "the filter matches nothing" if not any(map(keep_any, [case])) else "other"
+        event(f"no results: {reason}")
+    assert got == want
+    # The async path and a batch (one matrix search for FaissIndex) give the same answer.
+    options = {"filter": flt, **case.opts}
+    assert asyncio.run(retriever.ainvoke(case.query, **options)) == want
+    assert retriever.batch([case.query, case.query], **options) == [want, want]
+
+
+def record_searches(
+    retriever: SmallToBigRetriever, store: VectorStore, raw: dict[int, list[Any]]
+) -> None:
+    """Record what FAISS returned during each search the retriever made, by its depth."""
+    assert isinstance(store, FaissIndex)
+    index = retriever._io.index
+    depth = {"fetch": -1}
+    search, search_rows = index.search, store.search_rows
+
+    def recording_search(vector: Any, query: str, fetch: int, flt: Any) -> Any:
+        depth["fetch"] = fetch
+        return search(vector, query, fetch, flt)
+
+    def recording_rows(queries: Any, k: int) -> Any:
+        scores, rows = search_rows(queries, k)
+        found = store.records(rows[0].tolist())
+        pairs = [
+            (key_of(f[2]), float(s)) for f, s in zip(found, scores[0].tolist(), strict=False) if f
+        ]
+        raw[depth["fetch"]].append(pairs)
+        return scores, rows
+
+    index.search = recording_search  # type: ignore[method-assign]
+    store.search_rows = recording_rows  # type: ignore[method-assign]
+
+
+@st.composite
+def cases(draw: st.DrawFn, mode: str) -> Case:
+    return Case(
+        mode,
+        draw(corpus()),
+        draw(leaf_splitter()),
+        draw(st.sampled_from(INDEXES)),
+        draw(st.integers(8, 24)),
+        draw(queries),
+        draw(options()),
+        draw(st.one_of(st.just(0), st.integers(0, len(FILTERS) - 1))),
+    )
+
+
+@given(case=cases("parent"))
+def test_parent_mode_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("window"))
+def test_window_mode_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("multilevel"))
+def test_multilevel_mode_equals_the_reference(case: Case) -> None:
+    run(case)
