@@ -459,9 +459,10 @@ class CachedEmbeddings(Embeddings):
 class SQLiteFaissIndex(FaissIndex):
     """A :class:`FaissIndex` whose vectors live in the database; FAISS is rebuilt on open.
 
-    ``add_texts`` takes vectors from :class:`CachedEmbeddings` and records each
-    leaf key's vector in the ``children`` table; ``delete`` removes the rows.
-    Both join the caller's transaction, so the child index commits with the nodes.
+    Every way in (``add_texts``, and ``add_vectors`` with vectors embedded ahead
+    of the write) records each leaf key's vector in the ``children`` table, the
+    vector itself stored once by content hash; ``delete`` removes the rows. Both
+    join the caller's transaction, so the child index commits with the nodes.
     """
 
     def __init__(self, embedding: CachedEmbeddings, **kwargs: Any) -> None:
@@ -470,33 +471,37 @@ class SQLiteFaissIndex(FaissIndex):
         self.released: set[int] = set()
         """Vector ids of deleted children (candidates for ``collect_garbage``)."""
 
-    def add_texts(
+    def add_vectors(
         self,
-        texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]],
+        ids: Sequence[str],
     ) -> list[str]:
-        """Add leaves under their keys, with stored or new vectors."""
-        texts = list(texts)
-        if ids is None or len(ids) != len(texts):
-            msg = "SQLiteFaissIndex.add_texts needs one id per text (the child node keys)."
-            raise ValueError(msg)
-        if not texts:
-            return []
-        vectors, rows = self.cache.vectors_for(texts)
+        """Add leaves with their vectors: FAISS in memory, the rows in the database."""
+        matrix = np.asarray(vectors, dtype=np.float32)
+        hashes = [text_hash(t) for t in texts]
         with self.cache.db.write() as conn:
-            added = self.add_vectors(vectors, texts, metadatas or [{} for _ in texts], ids)
+            if len(matrix) == len(texts):
+                rows = [(h, v.tobytes()) for h, v in zip(hashes, matrix, strict=True)]
+                conn.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)", rows)
+            added = super().add_vectors(matrix, texts, metadatas, ids)
+            known = self.cache.lookup(hashes)
+            last = dict(zip(ids, hashes, strict=True))  # an id given twice: its last vector
             conn.executemany(
-                "INSERT OR REPLACE INTO children VALUES (?, ?)", list(zip(ids, rows, strict=True))
+                "INSERT OR REPLACE INTO children VALUES (?, ?)",
+                [(key, known[h]) for key, h in last.items()],
             )
             return added
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Remove leaves by key from FAISS and from the ``children`` table."""
-        keys = list(ids or [])
+        """Remove leaves by key (``None``: all) from FAISS and from the ``children`` table."""
         with self.cache.db.write() as conn:
+            if ids is None:
+                self.released.update(r[0] for r in conn.execute("SELECT vec FROM children"))
+                conn.execute("DELETE FROM children")
+                return super().delete(None)
+            keys = list(ids)
             for part in chunks(keys):
                 where = f"WHERE key IN ({_marks(len(part))})"
                 found = conn.execute(f"SELECT vec FROM children {where}", part).fetchall()  # noqa: S608
