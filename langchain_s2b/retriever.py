@@ -360,7 +360,7 @@ class SmallToBigRetriever(BaseRetriever):
         )
         index = retriever._io.index
         if isinstance(index, HybridChildIndex):
-            index.lexical = loaded.lexical or _lexical_from(loaded.vectorstore)
+            index.lexical = loaded.lexical or LexicalIndex()  # else caught up from FAISS
         return retriever
 
     def verify(self, *, repair: bool = False) -> checks.VerifyReport:
@@ -431,14 +431,6 @@ class SmallToBigRetriever(BaseRetriever):
         for query in inputs:
             _check_query(query)
         return [retrieve(query, params, self.on_missing) for query in inputs]
-
-
-def _lexical_from(vectorstore: VectorStore) -> LexicalIndex:
-    """A lexical index of a save made without one, from the leaves FAISS holds."""
-    lexical = LexicalIndex()
-    if isinstance(vectorstore, FaissIndex):
-        lexical.add(vectorstore.get_by_ids(vectorstore.keys()))
-    return lexical
 
 
 def _check_query(query: Any) -> None:

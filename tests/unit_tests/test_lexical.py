@@ -152,10 +152,22 @@ class TestWithTheRetriever:
         query = "walrus duke"
         assert loaded.invoke(query, max_tokens=10) == retriever.invoke(query, max_tokens=10)
 
-    def test_a_save_without_one_is_rebuilt_from_the_child_index(self, tmp_path: Path) -> None:
+    def test_a_save_without_one_is_caught_up_from_the_child_index(self, tmp_path: Path) -> None:
         _hybrid(hybrid=False).save(tmp_path / "idx")
         loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords(), hybrid=True)
+        assert len(_lexical(loaded)) == 0
+        (doc,) = loaded.invoke("walrus", max_tokens=6)  # the first search catches up
+        assert doc.page_content == "Walrus tusks are long."
         assert [k for k, _ in _lexical(loaded).items()] == [f"d/sentence/{i}" for i in range(4)]
+
+    def test_an_index_filled_elsewhere_is_caught_up_before_a_write(self) -> None:
+        built = _hybrid(hybrid=False)
+        retriever = SmallToBigRetriever(
+            vectorstore=built.vectorstore, docstore=built.docstore, mode="window"
+        )
+        retriever.add_documents([Document(page_content="Penguins swim.", id="p")])
+        keys = [k for k, _ in _lexical(retriever).items()]
+        assert keys == [*(f"d/sentence/{i}" for i in range(4)), "p/sentence/0"]
 
     def test_hybrid_off_keeps_no_lexical_index(self) -> None:
         retriever = _hybrid(hybrid=False)
