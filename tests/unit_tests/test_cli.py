@@ -133,7 +133,8 @@ class TestQuery:
     ) -> None:
         result = _query_json(capsys, store, "--mode", mode, "-k", "2")
         assert result["mode"] == mode
-        starts = {"parent": [11, 190], "window": [0, 190], "multilevel": [11, 0]}[mode]
+        # window: one sentence each side (the default window_size=1)
+        starts = {"parent": [11, 190], "window": [11, 178], "multilevel": [11, 0]}[mode]
         assert [r["metadata"]["start"] for r in result["results"]] == starts
         top = result["results"][0]
         assert top["source"] == "normans"
