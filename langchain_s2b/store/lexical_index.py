@@ -21,6 +21,7 @@ scratch copy, so a saved snapshot is never written to.
 
 from __future__ import annotations
 
+import gc
 import re
 import shutil
 import tempfile
@@ -127,12 +128,21 @@ class LexicalIndex:
             msg = f"{source} holds no lexical index (no meta.json); was it saved by save()?"
             raise ValueError(msg)
         loaded = cls()
-        with tempfile.TemporaryDirectory(prefix="s2b-lexical-") as scratch:
+        # tantivy writes lock files where it opens an index, so it reads a scratch copy (the
+        # snapshot's files keep their checksums). Its handles are dropped before the copy is
+        # removed: tantivy may still hold a lock file while the object lives.
+        scratch = Path(tempfile.mkdtemp(prefix="s2b-lexical-"))
+        try:
             for item in source.iterdir():
                 if item.is_file() and item.name not in _LOCKS:
-                    shutil.copy2(item, Path(scratch) / item.name)
-            saved = _tantivy().Index.open(scratch)
-            loaded._write(_items(saved))
+                    shutil.copy2(item, scratch / item.name)
+            saved = _tantivy().Index.open(str(scratch))
+            items = _items(saved)
+            del saved
+            gc.collect()
+            loaded._write(items)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         return loaded
 
 
