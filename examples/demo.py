@@ -5,8 +5,8 @@ Run ``make demo``, or by hand::
     s2b index examples/data/articles.jsonl --store .s2b-demo
     python examples/demo.py --store .s2b-demo
 
-It opens the index that ``s2b index`` built (a FAISS child index saved with
-``SmallToBigRetriever.save`` and a ``LocalFileStore`` of parents), asks a few
+It opens the index that ``s2b index`` built (one SQLite database of nodes,
+manifests and child vectors; FAISS is rebuilt in memory from it), asks a few
 of the dataset's questions in each mode, calls the retriever as an agent tool,
 and evaluates the modes against plain sentence retrieval on a sample.
 """
@@ -17,12 +17,11 @@ import argparse
 import textwrap
 from pathlib import Path
 
-from langchain_classic.storage import LocalFileStore
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.cli.index_dir import open_store
 from langchain_s2b.core.budget import estimate_tokens
-from langchain_s2b.embeddings import LocalE5Embeddings
 from langchain_s2b.evaluation import (
     Question,
     evaluate,
@@ -37,10 +36,11 @@ MODES = ("parent", "window", "multilevel")
 
 
 def open_index(store: Path) -> SmallToBigRetriever:
-    """The index ``s2b index`` wrote: child index in ``index/``, parents in ``parents/``."""
-    embedding = MemoEmbeddings(LocalE5Embeddings())  # remembers query vectors in memory
-    parents = LocalFileStore(store / "parents")
-    return SmallToBigRetriever.load(store / "index", embedding, byte_store=parents)
+    """The index ``s2b index`` wrote, opened the way the command opens it."""
+    opened = open_store(store)
+    opened.cache.model = MemoEmbeddings(opened.cache.model)  # remembers query vectors
+    opened.restore()
+    return opened.retriever
 
 
 def excerpt(doc: Document, width: int = 160) -> str:

@@ -32,6 +32,7 @@ from langchain_s2b import callbacks, tools
 from langchain_s2b.core import lifecycle
 from langchain_s2b.core import verify as checks
 from langchain_s2b.core.batch import lockstep
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.ingest import IndexingResult
 from langchain_s2b.core.params import OVERRIDABLE, Mode, QueryParams, check, with_overrides
 from langchain_s2b.core.requests import Op
@@ -42,12 +43,14 @@ from langchain_s2b.store import persist
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.codec import DocumentCodecStore
 from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.hybrid_index import HybridChildIndex
+from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.runner import Runner
 
 T = TypeVar("T")
 _NOT_SAVED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
-    | {"callbacks"}
+    | {"callbacks", "token_counter"}
 )
 
 
@@ -116,7 +119,7 @@ class SmallToBigRetriever(BaseRetriever):
     """Children fetched by the first search; doubled until ``k`` results exist."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Defaults for per-call options (``filter``, ``window_size`` ...)."""
-    window_size: int = Field(default=3, ge=0)
+    window_size: int = Field(default=1, ge=0)
     """Neighbours on each side of a hit, in window mode."""
     window_before: int | None = Field(default=None, ge=0)
     """Neighbours before a hit (overrides ``window_size`` on that side)."""
@@ -125,7 +128,13 @@ class SmallToBigRetriever(BaseRetriever):
     coalesce: bool = True
     """Windows of one source never share a split: a hit inside a better window joins it."""
     max_tokens: int | None = Field(default=None, gt=0)
-    """Token budget for all results together (estimated offline, 4 chars/token)."""
+    """Token budget for all results together, filled breadth-first (see README, token budgets)."""
+    token_counter: TokenCounter = approximate_tokens
+    """Text -> tokens for ``max_tokens`` (e.g. ``chat_model.get_num_tokens``; not saved)."""
+    hybrid: bool = True
+    """Under a budget, rank children by dense and BM25 scores fused (needs ``tantivy``)."""
+    parent_level: str | None = None
+    """Parent mode: the level of the parent returned (default: the child's nearest ancestor)."""
     margin: float = Field(default=0.1, ge=0)
     """Multilevel: hits within this score of the best count as evidence."""
     merge_threshold: float | None = Field(default=None, ge=0, lt=1)
@@ -164,7 +173,12 @@ class SmallToBigRetriever(BaseRetriever):
         self._levels = check_levels(
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
-        self._io = Runner(ChildIndex(self.vectorstore), self.docstore)
+        index = (
+            HybridChildIndex(self.vectorstore, LexicalIndex())
+            if self.hybrid
+            else ChildIndex(self.vectorstore)
+        )
+        self._io = Runner(index, self.docstore)
         check(self.defaults())
         return self
 
@@ -283,7 +297,11 @@ class SmallToBigRetriever(BaseRetriever):
         :mod:`langchain_s2b.persist`. A docstore on disk or in a server is not
         copied unless ``include_docstore=True``: pass it again to :meth:`load`.
         """
-        saved = persist.Saved(self.vectorstore, self.docstore, self._levels, self._options())
+        index = self._io.index
+        lexical = index.lexical if isinstance(index, HybridChildIndex) else None
+        saved = persist.Saved(
+            self.vectorstore, self.docstore, self._levels, self._options(), lexical
+        )
         with self._io.lock.hold(write=False):
             return persist.save(saved, path, include_docstore=include_docstore)
 
@@ -337,7 +355,13 @@ class SmallToBigRetriever(BaseRetriever):
         if unknown:
             msg = f"{path}: unknown retriever options {unknown}."
             raise ValueError(msg)
-        return cls(vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields)
+        retriever = cls(
+            vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields
+        )
+        index = retriever._io.index
+        if isinstance(index, HybridChildIndex):
+            index.lexical = loaded.lexical or LexicalIndex()  # else caught up from FAISS
+        return retriever
 
     def verify(self, *, repair: bool = False) -> checks.VerifyReport:
         """Check that the child index, the docstore and the manifests agree.

@@ -25,16 +25,21 @@ The contract, written once here:
 * **multilevel.** One context per source, ranked by best hit; the first ``k``.
   Evidence: the source's hits within ``margin`` of its best and not below the
   score of the query's ``fetch_k``-th hit (the best always counts). The
-  context is the lowest node that holds all evidence. With ``max_tokens``, the
-  contexts share the budget in rank order, each stepping down a ladder until
-  it fits: the nodes one level lower holding evidence (adjacent ones joined),
-  down to paragraphs; then every evidence paragraph clipped around its best
-  hit, paragraphs that fit in an equal share of the budget kept whole and the
-  rest sharing what is left; the weakest paragraph is dropped only when a
-  clip would cut its best hit.
-* **max_tokens (parent, window).** Results in rank order while they fit
-  (``ceil(chars / 4)`` tokens); the first that does not fit is clipped around
-  its best match, if that match fits, and nothing after it is returned.
+  context is the lowest node that holds all evidence. When the contexts
+  together exceed 1,024 tokens, the budget rule below applies with 1,024 and
+  its first ``k`` results are returned.
+* **max_tokens (every mode).** ``fetch`` doubles until the best hits' own
+  text reaches the budget (or the search is exhausted; a hit longer than the
+  budget counts nothing towards it); those hits are the
+  seeds, rank ``r`` from 0. ``d`` is the largest integer with ``2 ** d`` at most
+  the number of seeds (at least 1). A leaf at most ``d`` from a seed, and inside
+  the seed's reach (window: ``before``/``after``; parent: the seed's parent;
+  multilevel: its source), is worth ``1 / (r + 1) / 2 ** distance``, summed over
+  the seeds. Repeatedly the most valuable leaf that is a seed or touches a
+  chosen leaf (ties: nearer a seed, then source key, then split id) is chosen
+  if its ``ceil(chars / 4)`` tokens fit what is left, else never again. Each
+  run of consecutive chosen leaves is a result (``escalation`` ``"budget"``),
+  ranked by the best seed inside.
 """
 
 from __future__ import annotations
@@ -169,8 +174,11 @@ def build(
 
 
 def leaves(source: Source, leaf_level: str) -> list[Node]:
-    """The embedded level of a source (none when its text is blank)."""
-    return source.levels[leaf_level] if source.text.strip() else []
+    """The embedded leaves of a source: none when its text is blank, none without a letter."""
+    if not source.text.strip():
+        return []
+    nodes = source.levels[leaf_level]
+    return [n for n in nodes if any(c.isalpha() for c in source.text[n.start : n.end])]
 
 
 # Search -----------------------------------------------------------------------------
@@ -245,42 +253,6 @@ def tokens(n_chars: int) -> int:
     return math.ceil(n_chars / 4)
 
 
-def clip(doc: Document, max_chars: int) -> Document | None:
-    """``doc`` cut to ``max_chars`` centred on its best match (never cutting it)."""
-    meta = doc.metadata
-    start, end = meta["start"], meta["end"]
-    best = max(meta["matches"], key=lambda m: m["score"])  # ties: the first in text order
-    length = best["end"] - best["start"]
-    if length > max_chars:
-        return None
-    lo = max(start, best["start"] - (max_chars - length) // 2)
-    hi = min(end, lo + max_chars)
-    lo = max(start, hi - max_chars)
-    kept = [m for m in meta["matches"] if lo <= m["start"] and m["end"] <= hi]
-    new = {**meta, "start": lo, "end": hi, "matches": kept, "truncated": True}
-    new["escalation"] = "budget-trimmed"
-    text = doc.page_content[lo - start : hi - start]
-    return Document(page_content=text, metadata=new, id=doc.id)
-
-
-def fit(docs: list[Document], max_tokens: int | None) -> list[Document]:
-    """Parent/window budget: whole results while they fit, then one clip."""
-    if max_tokens is None:
-        return docs
-    out, left = [], max_tokens
-    for doc in docs:
-        cost = tokens(len(doc.page_content))
-        if cost <= left:
-            out.append(doc)
-            left -= cost
-            continue
-        clipped = clip(doc, left * 4)
-        if clipped is not None:
-            out.append(clipped)
-        break
-    return out
-
-
 # Modes ------------------------------------------------------------------------------
 
 
@@ -297,6 +269,9 @@ class Settings:
     margin: float = 0.1
 
 
+MULTILEVEL_BUDGET = 1024
+
+
 def parent_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
     """(number of candidate results, the results)."""
     by_parent: dict[int, tuple[Node, list[Hit]]] = {}
@@ -311,7 +286,7 @@ def parent_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
     docs = [
         result(p.source, p.start, p.end, hs, "parent", p.level, id=p.key) for p, hs in ranked[: s.k]
     ]
-    return len(ranked), fit(docs, s.max_tokens)
+    return len(ranked), docs
 
 
 def window_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
@@ -342,7 +317,7 @@ def window_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
         start, end = nodes[0].start, max(n.end for n in nodes)
         extra = {"split_ids": list(range(lo, hi + 1)), "missing_split_ids": [], "gaps": []}
         docs.append(result(source, start, end, members, "window", nodes[0].level, **extra))
-    return len(windows), fit(docs, s.max_tokens)
+    return len(windows), docs
 
 
 def free(owner: dict[tuple[str, int], int], key: str, split: int, s: Settings) -> bool:
@@ -359,48 +334,34 @@ def multilevel_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
     scores = [h.score for h in hits]
     floor = scores[min(s.fetch_k, len(scores)) - 1] if scores else -math.inf
     docs: list[Document] = []
-    left = s.max_tokens
     for rank_no, (_, source_hits) in enumerate(ranked[: s.k]):
         best = source_hits[0].score
         cut = max(best - s.margin, min(floor, best))
         evidence = [h for h in source_hits if h.score >= cut]
-        parts, cost = context(evidence, left)
-        docs += [part(evidence, p, rank_no) for p in parts]
-        if left is not None:
-            left -= cost
-            if left <= 0:
-                break
+        docs += [part(evidence, p, rank_no) for p in context(evidence)]
     return len(ranked), docs
 
 
 @dataclass
 class Part:
-    """One multilevel result before it is built: nodes joined, or a clip of one node."""
+    """One multilevel result before it is built: nodes joined."""
 
     nodes: list[Node]
     label: str
-    clip_chars: int | None = None
 
     @property
     def span(self) -> tuple[int, int]:
         return self.nodes[0].start, max(n.end for n in self.nodes)
 
 
-def context(evidence: list[Hit], left: int | None) -> tuple[list[Part], int]:
-    """The parts of one context and their token cost."""
+def context(evidence: list[Hit]) -> list[Part]:
+    """The parts of one context: the lowest common node of the evidence (joined runs)."""
     chains = [h.node.chain for h in evidence]
     depth = min(len(c) for c in chains)
     top = next(i for i in range(depth) if len({id(c[i]) for c in chains}) == 1)
     why = "single-parent" if top == 0 else "spans-parents"
-    for level in range(top, -1, -1):
-        nodes = {id(c[level]): c[level] for c in chains}
-        parts = joined(sorted(nodes.values(), key=lambda n: n.start))
-        label = why if level == top else "budget-trimmed"
-        cost = sum(tokens(p.span[1] - p.span[0]) for p in parts)
-        if left is None or cost <= left:
-            return [Part(p.nodes, label) for p in parts], cost
-    assert left is not None
-    return clips(evidence, left)
+    nodes = {id(c[top]): c[top] for c in chains}
+    return [Part(p.nodes, why) for p in joined(sorted(nodes.values(), key=lambda n: n.start))]
 
 
 def joined(nodes: list[Node]) -> list[Part]:
@@ -414,71 +375,112 @@ def joined(nodes: list[Node]) -> list[Part]:
     return runs
 
 
-def clips(evidence: list[Hit], left: int) -> tuple[list[Part], int]:
-    """The ladder's bottom rung (see the module docstring)."""
-    paragraphs: list[tuple[Node, Hit]] = []
-    for hit in sorted(evidence, key=lambda h: h.order):
-        para = hit.node.chain[0]
-        if all(p is not para for p, _ in paragraphs):
-            paragraphs.append((para, hit))
-    for n in range(len(paragraphs), 0, -1):
-        chosen = paragraphs[:n]
-        costs = [tokens(p.end - p.start) for p, _ in chosen]
-        shares = share_out(costs, left)
-        if shares is None:
-            continue
-        if any(
-            sh is not None and tokens(len_of(h)) > sh
-            for sh, (_, h) in zip(shares, chosen, strict=False)
-        ):
-            continue
-        parts = [
-            Part([p], "budget-trimmed", None if sh is None else sh * 4)
-            for sh, (p, _) in zip(shares, chosen, strict=False)
-        ]
-        total = sum(c if sh is None else sh for c, sh in zip(costs, shares, strict=False))
-        return sorted(parts, key=lambda p: p.span[0]), total
-    return [], 0
-
-
-def len_of(hit: Hit) -> int:
-    return hit.node.end - hit.node.start
-
-
-def share_out(costs: list[int], budget: int) -> list[int | None] | None:
-    """Water-filling: cheapest first, whole (``None``) while a cost fits an equal share.
-
-    The rest share what is left equally; ``None`` when that share would be 0.
-    """
-    order = sorted(range(len(costs)), key=lambda i: costs[i])
-    whole: set[int] = set()
-    left = budget
-    for pos, i in enumerate(order):
-        if costs[i] > left // (len(order) - pos):
-            break
-        whole.add(i)
-        left -= costs[i]
-    rest = len(costs) - len(whole)
-    if rest == 0:
-        return [None] * len(costs)
-    if left // rest < 1:
-        return None
-    return [None if i in whole else left // rest for i in range(len(costs))]
-
-
 def part(evidence: list[Hit], p: Part, rank_no: int) -> Document:
-    """Build one multilevel part (clipped when its share says so)."""
+    """Build one multilevel part."""
     start, end = p.span
     node = p.nodes[0]
     extra: dict[str, Any] = {"escalation": p.label, "context": rank_no, "id": node.key}
     if len(p.nodes) > 1:
         extra["keys"] = [n.key for n in p.nodes]
-    doc = result(node.source, start, end, evidence, "multilevel", node.level, **extra)
-    if p.clip_chars is not None and len(doc.page_content) > p.clip_chars:
-        clipped = clip(doc, p.clip_chars)
-        assert clipped is not None
-        return clipped
-    return doc
+    return result(node.source, start, end, evidence, "multilevel", node.level, **extra)
+
+
+# The budget -------------------------------------------------------------------------
+
+
+def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Document]:
+    """The budget rule of the module docstring, step by step."""
+    fetch = max(s.fetch_k, s.k)
+    while True:
+        hits, exhausted = settle(sorted(oracle(fetch), key=lambda h: h.order), fetch)
+        hits = sorted(hits, key=lambda h: h.order)
+        seeds, used = [], 0
+        for hit in hits:
+            if used >= budget:
+                break
+            seeds.append(hit)
+            cost = tokens(hit.node.end - hit.node.start)
+            used += cost if cost <= budget else 0
+        if used >= budget or exhausted:
+            break
+        fetch *= 2
+    d = 1
+    while 2 ** (d + 1) <= len(seeds):
+        d += 1
+    value: dict[tuple[str, int], float] = {}
+    nodes: dict[tuple[str, int], Node] = {}
+    for r, seed in enumerate(seeds):
+        for node in reach(seed.node, mode, s, d):
+            place = (node.source.key, node.split_id)
+            value[place] = value.get(place, 0.0) + 1.0 / (r + 1) * 0.5 ** abs(
+                node.split_id - seed.node.split_id
+            )
+            nodes[place] = node
+    seed_at = {(h.node.source.key, h.node.split_id): r for r, h in enumerate(seeds)}
+
+    def nearest(place: tuple[str, int]) -> int:
+        return min(abs(place[1] - p[1]) for p in seed_at if p[0] == place[0])
+
+    chosen: list[tuple[str, int]] = []
+    dropped: set[tuple[str, int]] = set()
+    left = budget
+    while left > 0:
+        open_ = [
+            p
+            for p in value
+            if p not in chosen
+            and p not in dropped
+            and (p in seed_at or (p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
+        ]
+        if not open_:
+            break
+        best = min(open_, key=lambda p: (-value[p], nearest(p), p[0], p[1]))
+        cost = tokens(nodes[best].end - nodes[best].start)
+        if cost <= left:
+            chosen.append(best)
+            left -= cost
+        else:
+            dropped.add(best)
+    docs = []
+    for run in runs_of(sorted(chosen)):
+        first, last = nodes[run[0]], nodes[run[-1]]
+        inside = [seeds[seed_at[p]] for p in run if p in seed_at]
+        doc = result(
+            first.source,
+            first.start,
+            last.end,
+            inside,
+            mode,
+            first.level,
+            escalation="budget",
+            split_ids=[p[1] for p in run],
+            tokens=tokens(last.end - first.start),
+        )
+        docs.append((min(seed_at[p] for p in run if p in seed_at), doc))
+    return [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+
+
+def reach(node: Node, mode: str, s: Settings, d: int) -> list[Node]:
+    """The leaves a seed may grow into."""
+    level = node.source.levels[node.level]
+    lo, hi = max(0, node.split_id - d), min(len(level) - 1, node.split_id + d)
+    if mode == "window":
+        lo, hi = max(lo, node.split_id - s.before), min(hi, node.split_id + s.after)
+    out = level[lo : hi + 1]
+    if mode == "parent":
+        out = [n for n in out if n.parent is node.parent]
+    return out
+
+
+def runs_of(places: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """Consecutive leaves of one source, grouped."""
+    runs: list[list[tuple[str, int]]] = []
+    for p in places:
+        if runs and runs[-1][-1][0] == p[0] and runs[-1][-1][1] + 1 == p[1]:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
 
 
 MODES: Mapping[str, Callable[[list[Hit], Settings], tuple[int, list[Document]]]] = {
@@ -490,6 +492,16 @@ MODES: Mapping[str, Callable[[list[Hit], Settings], tuple[int, list[Document]]]]
 
 def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
     """The documents ``invoke`` must return, given what the index ranks."""
+    if s.max_tokens is not None:
+        return budgeted(mode, oracle, s, s.max_tokens)
+    docs = by_k(mode, oracle, s)
+    if mode == "multilevel" and sum(tokens(len(d.page_content)) for d in docs) > MULTILEVEL_BUDGET:
+        return budgeted(mode, oracle, s, MULTILEVEL_BUDGET)[: s.k]
+    return docs
+
+
+def by_k(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
+    """Without a budget: ``fetch`` doubles until ``k`` results exist."""
     fetch = max(s.fetch_k, s.k)
     while True:
         ranked = sorted(oracle(fetch), key=lambda h: h.order)

@@ -1,18 +1,25 @@
-"""The ``s2b`` command: its arguments and its commands (index, query, eval).
+"""The ``s2b`` command: its arguments and its commands (index, query, list, delete, verify, eval).
 
 .. code-block:: bash
 
     s2b index docs/ notes.md articles.jsonl --store .s2b
     s2b query "who was Rollo?" --store .s2b --mode window -k 3
     s2b query "who was Rollo?" --store .s2b --json | jq '.results[0].score'
+    s2b list --store .s2b
+    s2b delete docs/old --store .s2b
+    s2b verify --store .s2b --repair
     s2b eval --store .s2b --questions questions.jsonl
 
 One index serves every mode: it is built on the multilevel tree (sentences
 inside paragraphs inside sections inside the document), so ``--mode parent``
 returns the paragraph around the best sentences, ``window`` a window of
 sentences and ``multilevel`` the smallest node that covers the evidence.
-A user mistake prints one line on stderr and exits with status 1 (2 for a bad
-command line); it never shows a traceback.
+Defaults (``k``, ``mode``, ``window_size``) are the Python API's, read from
+:class:`~langchain_s2b.retriever.SmallToBigRetriever`'s fields.
+
+Exit status: 0 done, 1 error (one line on stderr, never a traceback), 2 bad
+command line, 3 done but some files could not be read (each one named), 130
+interrupted. A closed pipe (``s2b query ... | head``) ends the command quietly.
 """
 
 from __future__ import annotations
@@ -20,35 +27,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from langchain_core.documents import Document
+from pydantic import ValidationError
 
 from langchain_s2b import __version__, evaluation
-from langchain_s2b.cli import display
-from langchain_s2b.cli.errors import UserError
-from langchain_s2b.cli.index_dir import (
-    CONFIG_FILE,
-    EMBEDDINGS,
-    create_store,
-    open_store,
-    save_store,
-)
-from langchain_s2b.cli.loaders import SUFFIXES, load_paths
-from langchain_s2b.core.ingest import IndexingResult
+from langchain_s2b.cli import display, indexer
+from langchain_s2b.cli.errors import UserError, one_line, safe, safe_json
+from langchain_s2b.cli.index_dir import Store, open_or_create, open_store, writer_lock
+from langchain_s2b.cli.loaders import SUFFIXES, absolute, find_files
+from langchain_s2b.core.hits import MissingNodeError
+from langchain_s2b.core.keys import encode_source_key, is_manifest_key, source_key_of
 from langchain_s2b.core.params import MODES
 from langchain_s2b.retriever import SmallToBigRetriever
 
-MARKER = "INDEXING"
 EMBEDDING_ENV = "S2B_EMBEDDING"
+EXIT_SKIPPED = 3
+_FIELDS = SmallToBigRetriever.model_fields
+DEFAULT_K = int(_FIELDS["k"].default)
+DEFAULT_MODE = str(_FIELDS["mode"].default)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def _wanted_embedding(args: argparse.Namespace) -> str | None:
@@ -56,18 +64,18 @@ def _wanted_embedding(args: argparse.Namespace) -> str | None:
     return args.embedding or os.environ.get(EMBEDDING_ENV) or None
 
 
-# Commands --------------------------------------------------------------------------
+# Progress --------------------------------------------------------------------------
 
 
-def _progress(total: int, unit: str) -> Any:
-    """A tqdm bar on a terminal; a silent stand-in otherwise (or without tqdm)."""
+def _progress(total: int, unit: str, desc: str | None = None) -> Any:
+    """A tqdm bar (with its ETA) on a terminal; a silent stand-in otherwise."""
     try:
         from tqdm import tqdm
     except ImportError:
         tqdm = None
-    if tqdm is None or not sys.stderr.isatty():
+    if tqdm is None or not sys.stderr.isatty() or total == 0:
         return _NoBar()
-    return tqdm(total=total, unit=unit, file=sys.stderr, leave=False)
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False, mininterval=0)
 
 
 class _NoBar:
@@ -78,92 +86,97 @@ class _NoBar:
         """Nothing to close."""
 
 
+@contextmanager
+def _reading(store: Store) -> Iterator[Store]:
+    """One snapshot of the store for the whole command; a damaged store is one line."""
+    try:
+        with store.db.read():
+            store.restore()
+            yield store
+    except MissingNodeError as err:
+        found = re.search(r"'([^']+)'", str(err))
+        what = f"node {found.group(1)!r} is missing" if found else "a node is missing"
+        where = store.directory
+        msg = f"the index in {where} is damaged ({what}); run: s2b verify --repair --store {where}"
+        raise UserError(msg) from None
+    finally:
+        store.close()
+
+
+# Commands --------------------------------------------------------------------------
+
+
 def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b index PATH... --store DIR``."""
-    store = Path(args.store)
-    wanted = _wanted_embedding(args)
-    docs = load_paths(args.paths, exclude=store)
-    if not docs:
+    directory = Path(args.store)
+    found = find_files(args.paths, exclude=directory)
+    if not found.files and not found.folders:
         msg = f"nothing to index in {' '.join(args.paths)} (looked for {', '.join(SUFFIXES)})"
         raise UserError(msg)
-    if (store / CONFIG_FILE).exists():
-        retriever = open_store(store, wanted)
-    else:
-        retriever = create_store(store, wanted or "e5")
-    marker = store / MARKER
-    repaired = marker.exists() and _repair(retriever, out)
-    marker.write_text("an s2b index run is writing, or was interrupted\n", encoding="utf-8")
-    total = _add(retriever, docs)
-    if total.added or total.updated or repaired:
-        save_store(retriever, store)
-    marker.unlink()
-    if total.added or total.updated:
+    if not found.files and not (directory / "s2b.sqlite").exists():
+        msg = f"nothing to index in {' '.join(args.paths)} (looked for {', '.join(SUFFIXES)})"
+        raise UserError(msg)
+
+    def on_skip(path: str, reason: str) -> None:
+        print(one_line(f"s2b: skipped {path}: {reason}"), file=sys.stderr)
+
+    with writer_lock(directory, wait=not args.no_wait):
+        store = open_or_create(directory, _wanted_embedding(args))
+        try:
+            store.restore()
+            done = indexer.run(
+                store,
+                found,
+                strict=args.strict,
+                on_skip=on_skip,
+                progress=lambda total: _progress(total, "chunk", "embedding"),
+            )
+        finally:
+            store.close()
+    _report_index(done, found, directory, out)
+    if done.skipped:
         print(
-            f"indexed {len(docs)} document(s) into {store}: {len(total.added)} added, "
-            f"{len(total.updated)} updated, {len(total.unchanged)} unchanged, "
-            f"{total.num_children} chunk(s) embedded",
-            file=out,
+            f"s2b: {len(done.skipped)} file(s) could not be read and were skipped", file=sys.stderr
         )
-    else:
-        print(f"nothing to do: all {len(docs)} document(s) unchanged in {store}", file=out)
-    if total.empty:
-        print(f"skipped {len(total.empty)} empty document(s)", file=out)
+        return EXIT_SKIPPED
     return 0
 
 
-def _add(retriever: SmallToBigRetriever, docs: Sequence[Document]) -> IndexingResult:
-    """Add documents one by one (a progress bar on a terminal); sum the results."""
-    total = IndexingResult()
-    bar = _progress(len(docs), "doc")
-    try:
-        for doc in docs:
-            step = retriever.add_documents([doc])
-            for name in ("added", "updated", "unchanged", "empty"):
-                getattr(total, name).extend(getattr(step, name))
-            total.num_children += step.num_children
-            bar.update(1)
-    finally:
-        bar.close()
-    return total
-
-
-def _repair(retriever: SmallToBigRetriever, out: TextIO) -> bool:
-    """After an interrupted run: make the parents and the child index agree again."""
-    report = retriever.verify(repair=True)
-    if report.ok and not report.repaired:
-        return False
-    print(
-        f"repaired an interrupted index: {len(report.rebuilt)} source(s) re-indexed, "
-        f"{len(report.removed)} removed, "
-        f"{len(report.orphan_nodes) + len(report.orphan_children)} orphan(s) deleted",
-        file=out,
-    )
-    if report.removed:
-        print(f"add these again: {', '.join(report.removed)}", file=out)
-    return True
+def _report_index(done: indexer.Outcome, found: Any, directory: Path, out: TextIO) -> None:
+    files = done.added + done.updated + done.unchanged
+    if done.added or done.updated or done.removed:
+        reused = done.chunks - done.embedded
+        print(
+            one_line(
+                f"indexed {files} file(s) into {directory}: {done.added} added, "
+                f"{done.updated} updated, {done.removed} removed, {done.unchanged} unchanged; "
+                f"{done.documents} document(s), {done.chunks} chunk(s) "
+                f"({done.embedded} embedded, {reused} reused)"
+            ),
+            file=out,
+        )
+    else:
+        print(one_line(f"nothing to do: all {files} file(s) unchanged in {directory}"), file=out)
+    if found.hidden:
+        print(f"skipped {found.hidden} hidden file(s) (names starting with '.')", file=out)
 
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b query QUESTION --store DIR``."""
-    store = Path(args.store)
-    retriever = open_store(store, _wanted_embedding(args))
-    if (store / MARKER).exists():
-        print(
-            f"s2b: warning: indexing {store} was interrupted; run s2b index again", file=sys.stderr
-        )
     options: dict[str, Any] = {"mode": args.mode, "k": args.k}
     if args.window_size is not None:
         options["window_size"] = args.window_size
     if args.max_tokens is not None:
         options["max_tokens"] = args.max_tokens
-    docs = retriever.invoke(args.question, **options)
+    with _reading(open_store(Path(args.store), _wanted_embedding(args))) as store:
+        docs = store.retriever.invoke(args.question, **options)
     if args.json:
         payload = {
             "query": args.question,
             **options,
             "results": [display.result_json(d, i) for i, d in enumerate(docs, 1)],
         }
-        print(json.dumps(payload, ensure_ascii=False, indent=2), file=out)
+        print(safe_json(json.dumps(payload, ensure_ascii=False, indent=2)), file=out)
     elif not docs:
         print("no results", file=out)
     elif out.isatty() and display.has_rich():
@@ -174,9 +187,117 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    """``s2b list --store DIR``: the indexed files."""
+    store = open_store(Path(args.store), _wanted_embedding(args))
+    try:
+        rows = store.files()
+    finally:
+        store.close()
+    for row in rows.values():
+        state = "" if os.path.exists(row.path) else "  (file no longer exists)"
+        print(
+            one_line(f"{row.path}  {len(row.sources)} document(s), {row.chunks} chunk(s){state}"),
+            file=out,
+        )
+    docs = sum(len(r.sources) for r in rows.values())
+    chunks = sum(r.chunks for r in rows.values())
+    print(
+        one_line(f"{len(rows)} file(s), {docs} document(s), {chunks} chunk(s) in {args.store}"),
+        file=out,
+    )
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
+    """``s2b delete PATH... --store DIR``: remove files (or every file under folders)."""
+    directory = Path(args.store)
+    with writer_lock(directory, wait=not args.no_wait):
+        store = open_store(directory, _wanted_embedding(args))
+        try:
+            rows = store.files()
+            chosen: dict[str, Any] = {}
+            missing = []
+            for raw in args.paths:
+                path = str(absolute(raw))
+                hits = [p for p in rows if p == path or p.startswith(path.rstrip(os.sep) + os.sep)]
+                chosen.update((p, rows[p]) for p in hits)
+                if not hits:
+                    missing.append(raw)
+            kept = {s for p, r in rows.items() if p not in chosen for s in r.sources}
+            sources = [s for r in chosen.values() for s in r.sources if s not in kept]
+            with store.db.write():
+                store.restore()
+                store.retriever.delete(sources)
+                for path in chosen:
+                    store.drop_file(path)
+            store.cache.collect_garbage(store.index.released)
+        finally:
+            store.close()
+    print(
+        one_line(f"deleted {len(chosen)} file(s) ({len(sources)} document(s)) from {directory}"),
+        file=out,
+    )
+    for raw in missing:
+        print(one_line(f"s2b: error: {raw} is not in the index (see s2b list)"), file=sys.stderr)
+    return 1 if missing else 0
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    """``s2b verify --store DIR [--repair]``: nodes, manifests and vectors agree."""
+    directory = Path(args.store)
+    lock = writer_lock(directory, wait=not args.no_wait) if args.repair else nullcontext()
+    with lock:
+        store = open_store(directory, _wanted_embedding(args))
+        try:
+            with store.db.write() if args.repair else store.db.read():
+                store.restore()
+                report = store.retriever.verify(repair=args.repair)
+                lost = _files_without_sources(store)
+                if args.repair:
+                    for path in lost:
+                        store.drop_file(path)
+            if args.repair:
+                store.cache.collect_garbage()
+        finally:
+            store.close()
+    damaged = len(report.missing_nodes) + len(report.missing_children)
+    orphans = len(report.orphan_nodes) + len(report.orphan_children)
+    print(
+        f"{report.sources} source(s), {report.nodes} node(s), {report.children} vector(s); "
+        f"{damaged} damaged source(s), {orphans} orphan(s), "
+        f"{len(report.bad_manifests)} bad manifest(s), {len(lost)} file(s) with lost documents",
+        file=out,
+    )
+    if args.repair and (not report.ok or lost):
+        print(
+            f"repaired: {len(report.rebuilt)} source(s) rebuilt, {len(report.removed)} removed, "
+            f"{orphans} orphan(s) deleted; {len(lost)} file(s) will be read again by s2b index",
+            file=out,
+        )
+        return 0
+    if report.ok and not lost:
+        print("ok", file=out)
+        return 0
+    print(
+        f"s2b: error: {directory} is damaged; run: s2b verify --repair --store {directory}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _files_without_sources(store: Store) -> list[str]:
+    """Indexed files one of whose documents has no manifest (it was lost)."""
+    present = {source_key_of(k) for k in store.docstore.yield_keys() if is_manifest_key(k)}
+    return [
+        path
+        for path, row in store.files().items()
+        if any(encode_source_key(s) not in present for s in row.sources)
+    ]
+
+
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b eval --store DIR --questions FILE``."""
-    retriever = open_store(Path(args.store), _wanted_embedding(args))
     try:
         questions = evaluation.load_questions(args.questions, limit=args.limit)
     except OSError as err:
@@ -185,29 +306,30 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     if not questions:
         msg = f"no questions in {args.questions}"
         raise UserError(msg)
-    leaf = retriever.vectorstore.as_retriever()
-    rows: dict[str, Any] = {"sentences (plain chunks)": leaf}
-    for mode in args.modes:
-        rows[mode] = retriever.model_copy(update={"mode": mode})
-    budgets = tuple(args.budgets)
-    reports = []
-    bar = _progress(len(questions) * len(rows), "question")
-    try:
-        for name, row in rows.items():
-            reports.append(
-                evaluation.evaluate(
-                    row, questions, name=name, k=args.k, budgets=budgets, progress=bar.update
-                )
-            )
-    finally:
-        bar.close()
+    with _reading(open_store(Path(args.store), _wanted_embedding(args))) as store:
+        retriever = store.retriever
+        rows: dict[str, Any] = {"sentences (plain chunks)": retriever.vectorstore.as_retriever()}
+        for mode in args.modes:
+            rows[mode] = retriever.model_copy(update={"mode": mode})
+        reports = []
+        bar = _progress(len(questions) * len(rows), "question")
+        try:
+            for name, row in rows.items():
+                reports.append(
+                    evaluation.evaluate(
+                        row, questions, name=name, k=args.k, budgets=tuple(args.budgets),
+                        progress=bar.update,
+                    )
+                )  # fmt: skip
+        finally:
+            bar.close()
     if args.json:
         fields = ("name", "k", "n", "hit_rate", "answer_rate", "evidence_recall", "mean_tokens")
         data = [{f: getattr(r, f) for f in fields} | {"hit_at": r.hit_at} for r in reports]
         print(json.dumps(data, indent=2), file=out)
     else:
         print(f"{len(questions)} questions, k={args.k}; rates in %\n", file=out)
-        print(evaluation.markdown_table(reports), file=out)
+        print(safe(evaluation.markdown_table(reports)), file=out)
     return 0
 
 
@@ -247,17 +369,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"s2b {__version__}")
     common = _Parser(add_help=False)
     common.add_argument("--store", required=True, metavar="DIR", help="the index directory")
-    common.add_argument("--embedding", choices=EMBEDDINGS, help=argparse.SUPPRESS)
+    common.add_argument(
+        "--embedding", metavar="PROVIDER:MODEL",
+        help="local:e5 (offline, the default), fake, or e.g. openai:text-embedding-3-small, "
+        "ollama:nomic-embed-text (init_embeddings names); the store keeps its choice",
+    )  # fmt: skip
+    writer = _Parser(add_help=False)
+    writer.add_argument(
+        "--no-wait", action="store_true",
+        help="if another run writes to the store, stop at once instead of waiting",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add = commands.add_parser
 
-    index = add("index", parents=[common], help="index .txt/.md files and JSONL documents")
+    index = add("index", parents=[common, writer], help="index files and folders")
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to index")
+    index.add_argument(
+        "--strict", action="store_true", help="stop at the first file that cannot be read"
+    )
 
     query = add("query", parents=[common], help="print the contexts that answer a question")
     query.add_argument("question")
-    query.add_argument("--mode", choices=MODES, default="parent", help="what one result is")
-    query.add_argument("-k", type=_int(1), default=3, help="results (default 3)")
+    query.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help="what one result is")
+    query.add_argument("-k", type=_int(1), default=DEFAULT_K, help=f"results (default {DEFAULT_K})")
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
     query.add_argument("--max-tokens", type=_int(1), metavar="N", help="budget for all results")
     query.add_argument("--json", action="store_true", help="machine-readable output")
@@ -266,31 +400,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="show N characters of each context around its best match (0: all)",
     )  # fmt: skip
 
+    add("list", parents=[common], help="the indexed files")
+    delete = add("delete", parents=[common, writer], help="remove files or folders from the index")
+    delete.add_argument("paths", nargs="+", metavar="PATH", help="indexed files or folders")
+    verify = add("verify", parents=[common, writer], help="check (and repair) the index")
+    verify.add_argument("--repair", action="store_true", help="fix what the check finds")
+
     ev = add("eval", parents=[common], help="hit rate, evidence recall and tokens per mode")
     ev.add_argument("--questions", required=True, metavar="FILE", help="questions JSONL")
     ev.add_argument("--modes", type=_modes, default=list(MODES), help="comma-separated modes")
-    ev.add_argument("-k", type=_int(1), default=4, help="results per question (default 4)")
+    ev.add_argument(
+        "-k", type=_int(1), default=DEFAULT_K, help=f"results per question (default {DEFAULT_K})"
+    )
     ev.add_argument("--limit", type=_int(1), metavar="N", help="only the first N questions")
     ev.add_argument("--budgets", type=_budgets, default=list(evaluation.BUDGETS))
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
-COMMANDS = {"index": cmd_index, "query": cmd_query, "eval": cmd_eval}
+COMMANDS = {
+    "index": cmd_index,
+    "query": cmd_query,
+    "list": cmd_list,
+    "delete": cmd_delete,
+    "verify": cmd_verify,
+    "eval": cmd_eval,
+}
+
+
+def _validation_line(err: ValidationError) -> str:
+    first = err.errors()[0] if err.errors() else {"loc": (), "msg": str(err)}
+    where = ".".join(str(p) for p in first.get("loc", ())) or err.title
+    return f"bad configuration: {where}: {first.get('msg')}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``s2b``; returns the exit status (0 ok, 1 error, 2 bad command line)."""
+    """Run ``s2b``; returns the exit status (see the module docstring)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:
         return int(stop.code or 0)
     try:
-        return COMMANDS[args.command](args, sys.stdout)
-    except (UserError, ValueError, OSError, ImportError) as err:
-        print(f"s2b: error: {err}", file=sys.stderr)
+        code = COMMANDS[args.command](args, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except ValidationError as err:
+        print(f"s2b: error: {one_line(_validation_line(err))}", file=sys.stderr)
+    except (UserError, ValueError, OSError, ImportError, LookupError, sqlite3.Error) as err:
+        print(f"s2b: error: {one_line(str(err)) or type(err).__name__}", file=sys.stderr)
     except KeyboardInterrupt:
-        print("s2b: interrupted", file=sys.stderr)
+        print(
+            "s2b: interrupted; what was embedded and committed is kept "
+            "(run the same command again to finish)",
+            file=sys.stderr,
+        )
         return 130
+    else:
+        return code
     return 1
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: send what is left to /dev/null so Python's exit stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -4,6 +4,8 @@ Matched spans (each result's ``matches``, in source coordinates) are
 highlighted: bold yellow in a terminal, ``**like this**`` in plain text. A long
 context (a whole section or document) is shown as ``max_chars`` characters
 around its best match; ``--json`` always carries the full text and metadata.
+Every piece of document text passes :func:`~langchain_s2b.cli.errors.safe`
+(control characters and escape sequences removed) before it is printed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, TextIO
 
 from langchain_core.documents import Document
 
+from langchain_s2b.cli.errors import one_line, safe
 from langchain_s2b.tools import excerpt_bounds, source_label
 
 
@@ -52,26 +55,36 @@ def _header(doc: Document, rank: int) -> str:
         f"score {score:.3f}" if isinstance(score, float) else "",
         source_label(meta),
     ]
+    if isinstance(meta.get("page"), int):
+        parts.append(f"page {meta['page']}")
     where = f"{meta.get('mode', '?')}/{meta.get('level', '?')}"
     if "start" in meta:
         where += f", chars {meta['start']}-{meta['end']}"
     if meta.get("escalation"):
         where += f", {meta['escalation']}"
-    return "  ".join(p for p in parts if p) + f"  [{where}]"
+    return one_line("  ".join(p for p in parts if p) + f"  [{where}]")
+
+
+def segments(doc: Document, max_chars: int) -> list[tuple[str, bool]]:
+    """The shown excerpt as ``(safe text, matched)`` pieces, with ``…`` where it is cut."""
+    lo, hi = excerpt_bounds(doc, max_chars)
+    text, cursor = doc.page_content, lo
+    out: list[tuple[str, bool]] = [("… ", False)] if lo > 0 else []
+    for start, end in _spans(doc):
+        start, end = max(start, cursor), min(end, hi)
+        if end > start:
+            out += [(safe(text[cursor:start]), False), (safe(text[start:end]), True)]
+            cursor = end
+    out.append((safe(text[cursor:hi]), False))
+    if hi < len(text):
+        out.append((" …", False))
+    return [(piece, hit) for piece, hit in out if piece]
 
 
 def plain(doc: Document, rank: int, max_chars: int) -> str:
     """A result as plain text; matched spans marked ``**like this**``."""
-    lo, hi = excerpt_bounds(doc, max_chars)
-    text, cursor, parts = doc.page_content, lo, []
-    for start, end in _spans(doc):
-        start, end = max(start, cursor), min(end, hi)
-        if end > start:
-            parts += [text[cursor:start], "**", text[start:end], "**"]
-            cursor = end
-    parts.append(text[cursor:hi])
-    body = ("… " if lo > 0 else "") + "".join(parts).strip() + (" …" if hi < len(text) else "")
-    return f"{_header(doc, rank)}\n{body}\n"
+    body = "".join(f"**{piece}**" if hit else piece for piece, hit in segments(doc, max_chars))
+    return f"{_header(doc, rank)}\n{body.strip()}\n"
 
 
 def has_rich() -> bool:
@@ -91,13 +104,7 @@ def print_rich(docs: Sequence[Document], max_chars: int, out: TextIO) -> None:
 
     console = Console(file=out)
     for rank, doc in enumerate(docs, 1):
-        lo, hi = excerpt_bounds(doc, max_chars)
-        body = Text(doc.page_content[lo:hi])
-        for start, end in _spans(doc):
-            if min(end, hi) > max(start, lo):
-                body.stylize("bold yellow", max(start, lo) - lo, min(end, hi) - lo)
-        if lo > 0:
-            body = Text("… ") + body
-        if hi < len(doc.page_content):
-            body.append(" …")
-        console.print(Panel(body, title=_header(doc, rank), title_align="left"))
+        body = Text()
+        for piece, hit in segments(doc, max_chars):
+            body.append(piece, style="bold yellow" if hit else None)
+        console.print(Panel(body, title=Text(_header(doc, rank)), title_align="left"))

@@ -1,7 +1,46 @@
-"""What a user mistake is to the command line: one line on stderr, no traceback."""
+"""What a user mistake is to the command line, and how text reaches the terminal safely.
+
+Document text, file names and error messages can hold control characters and
+escape sequences (clear the screen, set the window title, move the cursor,
+reverse the text direction). :func:`safe` removes them before anything is
+printed; :func:`one_line` also folds line breaks, for headers and errors.
+"""
 
 from __future__ import annotations
 
+import re
+
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor, clear screen
+    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: window title, hyperlinks, clipboard
+    r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[ -/]*[0-~]?"  # any other escape
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # 8-bit string controls
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
+
 
 class UserError(Exception):
-    """A mistake in the command line or its inputs: one line, no traceback."""
+    """A mistake in the command line or its inputs, or a damaged store: one line."""
+
+
+def safe(text: str) -> str:
+    """``text`` without escape sequences and control characters (newline and tab stay)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def one_line(text: str) -> str:
+    """:func:`safe`, with line breaks and tabs turned into spaces."""
+    return re.sub(r"[\n\t]", " ", safe(text)).strip()
+
+
+def safe_json(text: str) -> str:
+    r"""JSON text with C1 controls and direction marks written as ``\uXXXX`` escapes.
+
+    ``json.dumps`` already escapes C0 controls (ESC, BEL, ...); the characters
+    replaced here are legal raw in JSON but act on a terminal. They only occur
+    inside strings, so escaping them leaves every value as it was.
+    """
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -1,62 +1,63 @@
-"""The token budget: how tokens are counted, and results fitted without cutting a match."""
+"""Token counting: the ``token_counter`` every budget is measured with, and the default budgets.
+
+LangChain's convention is a callable from text to a token count (a chat
+model's ``get_num_tokens`` is one). The default, :func:`approximate_tokens`,
+is LangChain's own offline estimate,
+``langchain_core.messages.utils.count_tokens_approximately``, applied to one
+text. That function takes *messages*: given a bare string it would iterate
+its characters and count each one as a message of its own, so the text is
+passed as a one-message list. It then charges each message its role (``user``,
+one token) and three extra tokens on top of its content; those belong to the
+message a caller builds around the documents (retrieved documents are handed
+to a model inside one message, not one message each), so they are taken off:
+the count of a text is the count of its content alone, ``ceil(chars / 4)``,
+and the count of several texts never exceeds the sum of their counts.
+
+:func:`estimate_tokens` is the same number computed directly; splitters use
+it as their length function, so that a saved index can name it.
+
+How a budget is spent lives in :mod:`~langchain_s2b.core.allocate`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable
+from functools import cache
 
-from langchain_core.documents import Document
+from langchain_core.messages.utils import count_tokens_approximately
 
 CHARS_PER_TOKEN = 4
+TokenCounter = Callable[[str], int]
+"""Text -> number of tokens (e.g. ``chat_model.get_num_tokens``)."""
+
+MULTILEVEL_BUDGET = 1024
+"""Multilevel mode's budget when the call names none and its contexts would exceed it.
+
+On the dev set one more doubling past 1,024 tokens gains less than a point
+(README, token budgets); whole documents (median 4,700 tokens on a real
+folder) are never handed over unasked.
+"""
 
 
 def estimate_tokens(text: str) -> int:
     """Offline token estimate: one token per four characters, rounded up.
 
-    This is the usual rule of thumb for English with BPE tokenizers (GPT,
-    BERT word pieces land within ~20%); it needs no download.
+    The usual rule of thumb for English with BPE tokenizers (GPT, BERT word
+    pieces land within ~20%); equal to :func:`approximate_tokens`.
     """
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
-def fit_budget(docs: Sequence[Document], max_tokens: int) -> list[Document]:
-    """Keep results in rank order while they fit; clip the first that does not.
+@cache
+def _message_overhead() -> int:
+    return count_tokens_approximately([""], extra_tokens_per_message=0)
 
-    The clipped result is centred on its best match and keeps that match
-    whole; if even the match does not fit what is left, it is dropped.
+
+def approximate_tokens(text: str) -> int:
+    """LangChain's approximate count of ``text`` as message content (no per-message overhead).
+
+    Examples: ``""`` -> 0, ``"abcd"`` -> 1, ``"abcde"`` -> 2.
     """
-    out: list[Document] = []
-    left = max_tokens
-    for doc in docs:
-        cost = estimate_tokens(doc.page_content)
-        if cost <= left:
-            out.append(doc)
-            left -= cost
-            continue
-        clipped = clip_around_best(doc, left * CHARS_PER_TOKEN)
-        if clipped is not None:
-            out.append(clipped)
-        break
-    return out
-
-
-def clip_around_best(doc: Document, max_chars: int) -> Document | None:
-    """The ``max_chars`` of ``doc`` centred on its best match, or ``None``."""
-    meta = doc.metadata
-    start, end = int(meta["start"]), int(meta["end"])
-    matches: list[dict[str, Any]] = list(meta.get("matches", []))
-    if not matches:
-        return None
-    best = max(matches, key=lambda m: m["score"])
-    m_start, m_end = max(start, best["start"]), min(end, best["end"])
-    if m_end - m_start > max_chars:
-        return None
-    spare = max_chars - (m_end - m_start)
-    lo = max(start, m_start - spare // 2)
-    hi = min(end, lo + max_chars)
-    lo = max(start, hi - max_chars)
-    kept = [m for m in matches if m["start"] >= lo and m["end"] <= hi]
-    new_meta = {**meta, "start": lo, "end": hi, "matches": kept, "truncated": True}
-    new_meta["escalation"] = "budget-trimmed"
-    text = doc.page_content[lo - start : hi - start]
-    return Document(page_content=text, metadata=new_meta, id=doc.id)
+    if not text:
+        return 0
+    return count_tokens_approximately([text], extra_tokens_per_message=0) - _message_overhead()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from langchain_core.documents import Document
 
+from langchain_s2b.core.junk import is_junk
 from langchain_s2b.core.keys import (
     composite_source_id,
     encode_source_key,
@@ -141,7 +142,9 @@ def tree_digest(source: Source, tree: Tree) -> str:
 def manifest_document(source: Source, tree: Tree, generation: int = 0) -> Document:
     """The manifest: enough to enumerate every key the source produced."""
     counts = {level: len(nodes) for level, nodes in tree.nodes.items()}
-    meta = {
+    text = source.doc.page_content
+    junk = [n.split_id for n in tree.leaves if is_junk(text[n.start : n.end])]
+    meta: dict[str, object] = {
         "version": MANIFEST_VERSION,
         "source_id": source.source_id,
         "source_key": source.source_key,
@@ -150,6 +153,8 @@ def manifest_document(source: Source, tree: Tree, generation: int = 0) -> Docume
         "levels": tree.levels,
         "counts": counts,
     }
+    if junk:
+        meta["unembedded"] = junk
     return Document(page_content="", metadata=meta, id=manifest_key(source.source_key))
 
 
@@ -181,10 +186,12 @@ def manifest_keys(manifest: Document) -> list[str]:
 
 
 def leaf_keys(manifest: Document) -> list[str]:
-    """The keys of a manifest's embedded (finest) level."""
+    """The keys of a manifest's embedded leaves (junk leaves are stored, not embedded)."""
     meta = manifest.metadata
     prefix = level_prefix(nodes_key(manifest), meta["levels"][0])
-    return [f"{prefix}{i}" for i in range(int(meta["counts"][meta["levels"][0]]))]
+    skipped = set(meta.get("unembedded", ()))
+    count = int(meta["counts"][meta["levels"][0]])
+    return [f"{prefix}{i}" for i in range(count) if i not in skipped]
 
 
 @dataclass
@@ -236,7 +243,7 @@ def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Pre
                 meta["source_splits"] = n_leaves
             doc = Document(page_content=text[start : node.end], metadata=meta, id=key)
             nodes.append((key, doc))
-            if is_leaf:
+            if is_leaf and not is_junk(doc.page_content):
                 leaves.append(doc)
     return Prepared(source, leaves, nodes, manifest_document(source, tree, generation))
 

@@ -10,12 +10,10 @@ covers them (``spans-parents``). With ``merge_threshold`` set, the ratio rule
 of LlamaIndex/Haystack also applies: when more than that share of a node's
 children hold evidence, the node is taken (``ratio``).
 
-``max_tokens`` bounds all contexts together. A context that does not fit
-steps down the ladder: the nodes one level lower that hold the evidence,
-down to the evidence paragraphs, then every evidence paragraph clipped around
-its best hit, the clips sharing the budget (``budget-trimmed``). A rung is
-taken only if it keeps every evidence paragraph; a paragraph (the weakest
-first) is dropped only when even the clips cannot hold its best hit.
+Told a budget (``max_tokens``), or when these contexts together would exceed
+:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET`, the mode fills the budget
+instead (:mod:`~langchain_s2b.core.budgeted`): context grows around the best
+hits up the whole ladder, paragraph, section, document, while it is worth most.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from collections.abc import Mapping, Sequence
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.budget import CHARS_PER_TOKEN, clip_around_best, estimate_tokens
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, rank, result_metadata
 from langchain_s2b.core.keys import level_of
 from langchain_s2b.core.merge import Chunk, merge_chunks
@@ -95,8 +92,7 @@ def ratio_level(hits: Sequence[Hit], threshold: float) -> int:
 
 
 def select(groups: list[Group], params: QueryParams) -> list[Group]:
-    """Escalate each of the ``k`` best documents' evidence, within the budget."""
-    left = params.max_tokens
+    """Escalate the evidence of each of the ``k`` best documents to its common node."""
     floor = top_floor(groups, params.fetch_k)
     chosen: list[Group] = []
     for rank_no, doc_group in enumerate(groups[: params.k]):
@@ -107,88 +103,13 @@ def select(groups: list[Group], params: QueryParams) -> list[Group]:
             by_ratio = ratio_level(ev, params.merge_threshold)
             if by_ratio > level:
                 level, why = by_ratio, "ratio"
-        parts = _fit(ev, level, why, left)
-        for part in parts:
+        spans = list(dict.fromkeys(h.ancestors[level][:3] for h in ev if len(h.ancestors) > level))
+        for part in _runs(ev[0], spans, why):
             inside = [h for h in ev if part.start <= h.start and h.end <= part.end]
             part.hits = inside or part.hits
             part.extra["context"] = rank_no
             chosen.append(part)
-        if left is not None:
-            left -= sum(_cost(p) for p in parts)
-            if left <= 0:
-                break
     return chosen
-
-
-def _cost(part: Group) -> int:
-    clip = part.extra.get("clip_chars")
-    return estimate_tokens("x" * (clip if clip is not None else part.end - part.start))
-
-
-def _fit(ev: list[Hit], level: int, why: str, left: int | None) -> list[Group]:
-    """The nodes at ``level`` holding the evidence, or the ladder below it."""
-    for lvl in range(level, -1, -1):
-        label = why if lvl == level else "budget-trimmed"
-        spans = list(dict.fromkeys(h.ancestors[lvl][:3] for h in ev if len(h.ancestors) > lvl))
-        parts = _runs(ev[0], spans, label)
-        if left is None or sum(_cost(p) for p in parts) <= left:
-            return parts
-    assert left is not None
-    return _clips(ev, left)
-
-
-def _clips(ev: list[Hit], left: int) -> list[Group]:
-    """The bottom of the ladder: every evidence paragraph, clipped to share the budget.
-
-    Paragraphs (best evidence first) share ``left`` by water-filling: one
-    that fits in an equal share stays whole, and what it leaves over goes to
-    the others, which are clipped centred on their best hit. When a clip
-    would cut its best hit, the weakest paragraph is dropped and the rest
-    share again; a hit is dropped only when no clip can hold it.
-    """
-    spans = list(dict.fromkeys(h.ancestors[0][:3] for h in ev if h.ancestors))
-    best = {
-        span: next(h for h in ev if h.ancestors and h.ancestors[0][:3] == span) for span in spans
-    }
-    for n in range(len(spans), 0, -1):
-        shares = _water_fill([estimate_tokens("x" * (s[2] - s[1])) for s in spans[:n]], left)
-        if shares is None:
-            continue
-        if all(
-            share is None or estimate_tokens(best[span].text) <= share
-            for span, share in zip(spans[:n], shares, strict=True)
-        ):
-            parts = []
-            for span, share in zip(spans[:n], shares, strict=True):
-                part = _runs(best[span], [span], "budget-trimmed")[0]
-                if share is not None:
-                    part.extra["clip_chars"] = share * CHARS_PER_TOKEN
-                parts.append(part)
-            return sorted(parts, key=lambda p: p.start)
-    return []
-
-
-def _water_fill(costs: list[int], budget: int) -> list[int | None] | None:
-    """Each item's share of ``budget``: ``None`` keeps it whole, a number clips it.
-
-    Items that fit in an equal share of what is left stay whole, cheapest first;
-    the rest share what remains equally. ``None`` when a share would be 0.
-    """
-    shares: list[int | None] = [None] * len(costs)
-    left, count = budget, len(costs)
-    order = sorted(range(len(costs)), key=lambda i: costs[i])
-    for pos, i in enumerate(order):
-        if costs[i] <= left // count:
-            left -= costs[i]
-            count -= 1
-            continue
-        share = left // count
-        if share < 1:
-            return None
-        for j in order[pos:]:
-            shares[j] = share
-        break
-    return shares
 
 
 def _runs(best: Hit, spans: list[Span], label: str) -> list[Group]:
@@ -208,7 +129,7 @@ def _runs(best: Hit, spans: list[Span], label: str) -> list[Group]:
 
 
 def build(group: Group, fetched: Mapping[str, Document | None]) -> list[Document]:
-    """Fetch-side assembly: merge the run's nodes, clip if the budget says so."""
+    """Fetch-side assembly: merge the run's nodes."""
     docs = [fetched.get(key) for key in group.keys]
     if any(doc is None for doc in docs):
         missing = [key for key, doc in zip(group.keys, docs, strict=False) if doc is None]
@@ -226,9 +147,4 @@ def build(group: Group, fetched: Mapping[str, Document | None]) -> list[Document
     meta.update(start=merged.start, end=merged.end, context=group.extra["context"])
     if len(group.keys) > 1:
         meta["keys"] = list(group.keys)
-    doc = Document(page_content=merged.text, metadata=meta, id=group.keys[0])
-    clip = group.extra.get("clip_chars")
-    if clip is not None and len(doc.page_content) > clip:
-        clipped = clip_around_best(doc, clip)
-        return [] if clipped is None else [clipped]
-    return [doc]
+    return [Document(page_content=merged.text, metadata=meta, id=group.keys[0])]

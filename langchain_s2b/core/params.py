@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
+
 Mode = Literal["parent", "window", "multilevel"]
 MODES: tuple[str, ...] = get_args(Mode)
 
@@ -18,13 +20,16 @@ class QueryParams:
     k: int = 4
     fetch_k: int = 20
     filter: Any = None
-    window_size: int = 3
+    window_size: int = 1
     window_before: int | None = None
     window_after: int | None = None
     coalesce: bool = True
     max_tokens: int | None = None
     margin: float = 0.1
     merge_threshold: float | None = None
+    hybrid: bool = True
+    token_counter: TokenCounter = approximate_tokens
+    parent_level: str | None = None
 
     @property
     def before(self) -> int:
@@ -65,6 +70,19 @@ def check(params: QueryParams) -> QueryParams:
         if value is not None and not isinstance(value, int):
             msg = f"{name} must be an integer; got {value!r}."
             raise ValueError(msg)
+    if not isinstance(params.hybrid, bool):
+        msg = f"hybrid must be True or False; got {params.hybrid!r}."
+        raise ValueError(msg)
+    if not callable(params.token_counter):
+        msg = (
+            "token_counter must be a callable from text to a token count (for example "
+            f"chat_model.get_num_tokens); got {type(params.token_counter).__name__}."
+        )
+        raise ValueError(msg)
+    if params.parent_level is not None and not isinstance(params.parent_level, str):
+        got = params.parent_level
+        msg = f"parent_level must be a level name such as 'section', or None; got {got!r}."
+        raise ValueError(msg)
     threshold = params.merge_threshold
     if threshold is not None and not 0 <= threshold < 1:
         msg = f"merge_threshold must be in [0, 1) or None; got {threshold!r}."

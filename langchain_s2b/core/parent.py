@@ -10,19 +10,31 @@ from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, r
 from langchain_s2b.core.keys import level_of
 
 
-def plan_parents(hits: Sequence[Hit]) -> list[Group]:
-    """Group hits by their parent node, best parent first."""
+def plan_parents(hits: Sequence[Hit], parent_level: str | None = None) -> list[Group]:
+    """Group hits by their parent node (or their ancestor at ``parent_level``), best first."""
     groups: dict[str, Group] = {}
     for hit in dedupe_hits(hits):
         if hit.parent_key is None or not hit.ancestors:
             msg = f"Child {hit.key!r} has no parent_id/ancestors metadata."
             raise ValueError(msg)
-        key, start, end, _ = hit.ancestors[0]
+        key, start, end, _ = hit.ancestors[parent_index(hit, parent_level)]
         if key not in groups:
             level = level_of(key)
             groups[key] = Group(hit.source_key, hit.source_id, [key], [], level, start, end)
         groups[key].hits.append(hit)
     return rank(list(groups.values()))
+
+
+def parent_index(hit: Hit, parent_level: str | None) -> int:
+    """Index into ``hit.ancestors`` of its parent: the nearest, or the one at ``parent_level``."""
+    if parent_level is None:
+        return 0
+    for i, ancestor in enumerate(hit.ancestors):
+        if level_of(ancestor[0]) == parent_level:
+            return i
+    levels = [level_of(a[0]) for a in hit.ancestors]
+    msg = f"parent_level {parent_level!r} is not a level above {hit.key!r}; its levels: {levels}."
+    raise ValueError(msg)
 
 
 def assemble_parent(group: Group, fetched: Mapping[str, Document | None]) -> Document:

@@ -53,6 +53,14 @@ class Search(Request[Found]):
 
 
 @dataclass(frozen=True)
+class SearchText(Request[list[tuple[str, float]]]):
+    """The ``n`` best leaves of one query by BM25 over their text, as ``(key, score)``."""
+
+    query: str
+    n: int
+
+
+@dataclass(frozen=True)
 class SearchMany(Request[list[Found]]):
     """:class:`Search` for many queries of one ``fetch`` and filter (one matrix search)."""
 

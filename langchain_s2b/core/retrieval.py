@@ -1,7 +1,12 @@
 """Retrieval as an operation: one plan per mode (group, choose, assemble) and the search loop.
 
 :func:`retrieve` looks the mode up in :data:`PLANS` once per call; no method
-branches on the mode.
+branches on the mode. Told a budget (``max_tokens``), every mode fills it
+through :func:`~langchain_s2b.core.budgeted.retrieve_within` instead, and the
+budget, not ``k``, decides how much comes back. Multilevel mode without a
+budget whose ``k`` contexts would exceed
+:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET` fills that budget and
+returns its ``k`` best runs.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from dataclasses import dataclass
 from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel
-from langchain_s2b.core.budget import fit_budget
+from langchain_s2b.core.budget import MULTILEVEL_BUDGET
+from langchain_s2b.core.budgeted import retrieve_within
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
@@ -52,9 +58,7 @@ class Plan:
                 skipped += 1
         if skipped:
             logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
-        if self.cap_at_k:
-            docs = docs[: params.k]
-        return fit_budget(docs, params.max_tokens) if params.max_tokens else docs
+        return docs[: params.k] if self.cap_at_k else docs
 
 
 def _first_k(groups: list[Group], params: QueryParams) -> list[Group]:
@@ -63,7 +67,7 @@ def _first_k(groups: list[Group], params: QueryParams) -> list[Group]:
 
 PLANS: dict[str, Plan] = {
     "parent": Plan(
-        group=lambda hits, p: plan_parents(hits),
+        group=lambda hits, p: plan_parents(hits, p.parent_level),
         select=_first_k,
         build=lambda group, fetched: [assemble_parent(group, fetched)],
     ),
@@ -82,6 +86,19 @@ PLANS: dict[str, Plan] = {
 
 
 def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
+    """The mode's ``k`` results, or, told a budget, the budget filled."""
+    if params.max_tokens is not None:
+        return (yield from retrieve_within(query, params, params.max_tokens))
+    docs = yield from retrieve_k(query, params, on_missing)
+    if params.mode == "multilevel":
+        tokens = sum(params.token_counter(doc.page_content) for doc in docs)
+        if tokens > MULTILEVEL_BUDGET:  # k contexts asked for: the best k runs of the budget
+            filled = yield from retrieve_within(query, params, MULTILEVEL_BUDGET)
+            return filled[: params.k]
+    return docs
+
+
+def retrieve_k(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
     """Search, doubling ``fetch`` until ``k`` results exist; then one batched fetch."""
     plan = PLANS[params.mode]
     vector = yield from ask(EmbedQuery(query))

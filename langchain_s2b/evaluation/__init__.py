@@ -2,29 +2,42 @@
 
 Works for any LangChain retriever; see :mod:`~langchain_s2b.evaluation.data`
 for the dataset format, :mod:`~langchain_s2b.evaluation.scoring` for the
-metrics and :mod:`~langchain_s2b.evaluation.runs` for the budget rule.
+metrics and :mod:`~langchain_s2b.evaluation.runs` for the budget rules.
 """
 
 from langchain_s2b.evaluation.data import Question, load_documents, load_questions
 from langchain_s2b.evaluation.runs import (
     BUDGETS,
     MAX_K,
+    RULES,
     Report,
+    budget_table,
+    can_be_told,
     compare,
     evaluate,
     fill_budget,
     invoke_with_k,
     markdown_table,
 )
-from langchain_s2b.evaluation.scoring import Piece, Score, cut, pieces, score
+from langchain_s2b.evaluation.scoring import (
+    Piece,
+    Score,
+    cut,
+    pieces,
+    score,
+    whitespace_tokens,
+)
 
 __all__ = [
     "BUDGETS",
     "MAX_K",
     "Piece",
     "Question",
+    "RULES",
     "Report",
     "Score",
+    "budget_table",
+    "can_be_told",
     "compare",
     "cut",
     "evaluate",
@@ -35,4 +48,5 @@ __all__ = [
     "markdown_table",
     "pieces",
     "score",
+    "whitespace_tokens",
 ]

@@ -1,28 +1,37 @@
 """Running retrievers over questions: ``k`` results, budgets filled, reports and tables.
 
-**hit@B** applies the hit rule on a budget of ``B`` tokens. Every retriever
-is asked for enough results to fill ``B`` (``k`` doubled until the text
-reaches ``B`` tokens or the retriever runs out); the results are
-concatenated in rank order and cut at ``B`` tokens (4 characters each);
-then the hit is checked. One rule for every row.
+**hit@B** applies the hit rule on a budget of ``B`` tokens, under one rule
+for every row, reported three ways (:data:`RULES`):
+
+- ``cut-tokens``: the retriever's own output (``k`` doubled until the text
+  reaches ``B`` or the retriever runs out), concatenated in rank order and cut
+  at ``B`` tokens of the ``token_counter`` (:func:`~.scoring.cut`);
+- ``cut-words``: the same, cut at ``B`` whitespace-separated words;
+- ``told``: the retriever is told the budget (its ``max_tokens`` option)
+  and returns what it judges best; the same cut then applies, so a row that
+  overflows gains nothing. A retriever that has no such option can not be
+  told: its ``told`` row is its ``cut-tokens`` row.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
-from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.evaluation.data import Question
-from langchain_s2b.evaluation.scoring import Score, cut, pieces, score
+from langchain_s2b.evaluation.scoring import Score, cut, pieces, score, whitespace_tokens
 
 BUDGETS: tuple[int, ...] = (256, 512, 1024, 2048)
 MAX_K = 4096
+RULES: tuple[str, ...] = ("cut-tokens", "cut-words", "told")
+"""The budget rules every row is judged by (see the module docstring)."""
+BUDGET_OPTION = "max_tokens"
 
 
 def invoke_with_k(retriever: BaseRetriever, query: str, k: int, **options: Any) -> list[Document]:
@@ -48,15 +57,33 @@ def invoke_with_k(retriever: BaseRetriever, query: str, k: int, **options: Any) 
 
 
 def fill_budget(
-    retriever: BaseRetriever, query: str, budget: int, k: int = 4, **options: Any
+    retriever: BaseRetriever,
+    query: str,
+    budget: int,
+    k: int = 4,
+    *,
+    token_counter: TokenCounter = approximate_tokens,
+    **options: Any,
 ) -> list[Document]:
-    """Results with ``k`` doubled until their text reaches ``budget`` tokens or runs out."""
+    """Results with ``k`` doubled until their text reaches ``budget`` or runs out.
+
+    The budget must be reached both in ``token_counter`` tokens and in
+    whitespace words, so that either cut has enough text.
+    """
     while True:
         docs = invoke_with_k(retriever, query, k, **options)
-        tokens = sum(estimate_tokens(d.page_content) for d in docs)
-        if tokens >= budget or len(docs) < k or k >= MAX_K:
+        tokens = sum(token_counter(d.page_content) for d in docs)
+        words = sum(whitespace_tokens(d.page_content) for d in docs)
+        if min(tokens, words) >= budget or len(docs) < k or k >= MAX_K:
             return docs
         k *= 2
+
+
+def can_be_told(retriever: BaseRetriever, option: str = BUDGET_OPTION) -> bool:
+    """Whether ``retriever`` has a budget option of that name (``SmallToBigRetriever``)."""
+    return option in type(retriever).model_fields and getattr(
+        retriever, "_expects_other_args", False
+    )
 
 
 @dataclass
@@ -71,7 +98,10 @@ class Report:
     evidence_recall: float | None
     mean_tokens: float
     hit_at: dict[int, float] = field(default_factory=dict)
+    """hit@B under the rule ``budget_option`` asked for (``told``), else ``cut-tokens``."""
     recall_at: dict[int, float | None] = field(default_factory=dict)
+    hit_by_rule: dict[str, dict[int, float]] = field(default_factory=dict)
+    """hit@B under every rule of :data:`RULES`."""
     seconds: float = 0.0
     per_question: list[Score] = field(default_factory=list, repr=False)
 
@@ -93,10 +123,12 @@ def evaluate(
     k: int = 4,
     budgets: Sequence[int] = BUDGETS,
     budget_option: str | None = None,
+    token_counter: TokenCounter = approximate_tokens,
+    rules: Sequence[str] = RULES,
     doc_id_key: str = "source_id",
     progress: Callable[[int], None] | None = None,
 ) -> Report:
-    """Run ``retriever`` over ``questions`` at ``k`` and at each token budget.
+    """Run ``retriever`` over ``questions`` at ``k`` and at each token budget, under every rule.
 
     Args:
         retriever: any LangChain retriever (see :func:`invoke_with_k` for ``k``).
@@ -104,26 +136,42 @@ def evaluate(
         name: the row's name in the table.
         k: results per question for the unbudgeted metrics.
         budgets: token budgets for ``hit@B``.
-        budget_option: also tell the retriever the budget through this per-call
-            option (``"max_tokens"`` for ``SmallToBigRetriever``), so it can fit
-            its contexts itself; the same cut is applied afterwards.
+        budget_option: the per-call option that tells the retriever the budget
+            (default ``"max_tokens"``); given, the report's ``hit_at`` is the
+            ``told`` rule, else ``cut-tokens``. Every rule is in ``hit_by_rule``.
+        token_counter: text -> tokens, for budgets and the ``tokens`` column; a
+            retriever that has a ``token_counter`` field is told to use it too.
+        rules: which of :data:`RULES` to run.
         doc_id_key: the metadata field that holds a result's document id.
         progress: called with 1 after each question.
     """
     if not questions:
         msg = "evaluate() needs at least one question."
         raise ValueError(msg)
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        msg = f"Unknown evaluation rule(s) {unknown}; allowed: {list(RULES)}."
+        raise ValueError(msg)
+    retriever = _counting_with(retriever, token_counter)
+    option = budget_option or BUDGET_OPTION
     t0 = time.perf_counter()
     at_k: list[Score] = []
-    at_budget: dict[int, list[Score]] = {b: [] for b in budgets}
+    by_rule: dict[str, dict[int, list[Score]]] = {r: {b: [] for b in budgets} for r in rules}
     for question in questions:
         docs = invoke_with_k(retriever, question.question, k)
-        at_k.append(score(question, pieces(docs, doc_id_key)))
+        at_k.append(score(question, pieces(docs, doc_id_key), token_counter))
         per_doc = max(1.0, at_k[-1].tokens / max(1, len(docs)))
-        for budget, parts in _budgeted(retriever, question, budgets, budget_option, per_doc, k):
-            at_budget[budget].append(score(question, cut(pieces(parts, doc_id_key), budget)))
+        first = max(k, int(max(budgets, default=0) / per_doc) + 1)
+        for rule, budget, parts in _budgeted(
+            retriever, question.question, budgets, rules, option, first, token_counter
+        ):
+            counter = whitespace_tokens if rule == "cut-words" else token_counter
+            kept = cut(pieces(parts, doc_id_key), budget, counter)
+            by_rule[rule][budget].append(score(question, kept, token_counter))
         if progress is not None:
             progress(1)
+    main_rule = "told" if budget_option else "cut-tokens"
+    main = by_rule.get(main_rule, {})
     return Report(
         name=name or type(retriever).__name__,
         k=k,
@@ -132,33 +180,47 @@ def evaluate(
         answer_rate=_mean([s.answer for s in at_k]),
         evidence_recall=_mean_or_none([s.recall for s in at_k]),
         mean_tokens=_mean([s.tokens for s in at_k]),
-        hit_at={b: _mean([s.hit for s in scores]) for b, scores in at_budget.items()},
-        recall_at={b: _mean_or_none([s.recall for s in v]) for b, v in at_budget.items()},
+        hit_at={b: _mean([s.hit for s in scores]) for b, scores in main.items()},
+        recall_at={b: _mean_or_none([s.recall for s in v]) for b, v in main.items()},
+        hit_by_rule={
+            rule: {b: _mean([s.hit for s in scores]) for b, scores in per_budget.items()}
+            for rule, per_budget in by_rule.items()
+        },
         seconds=time.perf_counter() - t0,
         per_question=at_k,
     )
 
 
+def _counting_with(retriever: BaseRetriever, token_counter: TokenCounter) -> BaseRetriever:
+    """The retriever, counting tokens with ``token_counter`` if it counts tokens at all."""
+    if "token_counter" in type(retriever).model_fields:
+        return retriever.model_copy(update={"token_counter": token_counter})
+    return retriever
+
+
 def _budgeted(
     retriever: BaseRetriever,
-    question: Question,
+    query: str,
     budgets: Sequence[int],
-    option: str | None,
-    per_doc: float,
-    k: int,
-) -> Iterator[tuple[int, list[Document]]]:
-    """Results that fill each budget: one retrieval for all, or one per budget with ``option``."""
+    rules: Sequence[str],
+    option: str,
+    first: int,
+    token_counter: TokenCounter,
+) -> list[tuple[str, int, list[Document]]]:
+    """``(rule, budget, results)``: one filled retrieval for the cuts, one per budget told."""
     if not budgets:
-        return
-    if option is None:
-        first = max(k, int(max(budgets) / per_doc) + 1)
-        docs = fill_budget(retriever, question.question, max(budgets), first)
+        return []
+    out: list[tuple[str, int, list[Document]]] = []
+    cuts = [r for r in rules if r != "told" or not can_be_told(retriever, option)]
+    if cuts:
+        docs = fill_budget(retriever, query, max(budgets), first, token_counter=token_counter)
+        for rule in cuts:
+            out += [("told" if rule == "told" else rule, b, docs) for b in budgets]
+    if "told" in rules and can_be_told(retriever, option):
         for budget in budgets:
-            yield budget, docs
-        return
-    for budget in budgets:
-        first = max(k, int(budget / per_doc) + 1)
-        yield budget, fill_budget(retriever, question.question, budget, first, **{option: budget})
+            docs = invoke_with_k(retriever, query, first, **{option: budget})
+            out.append(("told", budget, docs))
+    return out
 
 
 def compare(
@@ -170,6 +232,20 @@ def compare(
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}"
+
+
+def budget_table(reports: Sequence[Report], rule: str = "cut-tokens") -> str:
+    """hit@B of every report under one rule: a row per retriever, a column per budget."""
+    budgets = sorted({b for r in reports for b in r.hit_by_rule.get(rule, {})})
+    lines = [
+        f"| retriever ({rule}) | " + " | ".join(f"{b}" for b in budgets) + " |",
+        "|---|" + "---:|" * len(budgets),
+    ]
+    for r in reports:
+        rates = r.hit_by_rule.get(rule, {})
+        cells = [f"{rates[b]:.3f}" if b in rates else "n/a" for b in budgets]
+        lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def markdown_table(reports: Sequence[Report]) -> str:

@@ -6,7 +6,14 @@
 - **answer**: a gold answer string occurs in the returned text, whatever the spans.
 - **evidence recall**: the share of gold evidence characters inside the
   returned spans of the right document.
-- **tokens**: :func:`~langchain_s2b.core.budget.estimate_tokens` of the returned texts.
+- **tokens**: the ``token_counter``'s count of the returned texts (default
+  :func:`~langchain_s2b.core.budget.approximate_tokens`).
+
+:func:`cut` applies a budget the same way to every retriever: pieces are kept
+in rank order while they fit, and the first that does not is cut to the longest
+prefix that does. Budgets are counted in a ``token_counter``'s tokens or in
+whitespace-separated words (:func:`whitespace_tokens`), which no tokenizer
+choice can bend.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.evaluation.data import Question, Span
 
 
@@ -43,20 +50,45 @@ def pieces(docs: Sequence[Document], doc_id_key: str = "source_id") -> list[Piec
     return out
 
 
-def cut(parts: Sequence[Piece], budget: int) -> list[Piece]:
-    """Concatenate in rank order and cut at ``budget`` tokens (4 chars each)."""
-    left = budget * CHARS_PER_TOKEN
+def whitespace_tokens(text: str) -> int:
+    """Words separated by whitespace: a budget unit independent of any tokenizer."""
+    return len(text.split())
+
+
+def cut(
+    parts: Sequence[Piece], budget: int, token_counter: TokenCounter = approximate_tokens
+) -> list[Piece]:
+    """Keep pieces in rank order while they fit ``budget``; cut the first that does not.
+
+    Each piece is counted on its own. The cut piece keeps its longest prefix
+    that fits (its span shortened to match); nothing after it is kept.
+    """
+    left = budget
     out = []
     for part in parts:
-        if left <= 0:
-            break
-        if len(part.text) <= left:
+        cost = token_counter(part.text)
+        if cost <= left:
             out.append(part)
-        else:
-            end = None if part.start is None else part.start + left
-            out.append(Piece(part.text[:left], part.doc_id, part.start, end))
-        left -= len(part.text)
+            left -= cost
+            continue
+        size = _longest_prefix(part.text, left, token_counter)
+        if size:
+            end = None if part.start is None else part.start + size
+            out.append(Piece(part.text[:size], part.doc_id, part.start, end))
+        break
     return out
+
+
+def _longest_prefix(text: str, budget: int, token_counter: TokenCounter) -> int:
+    """The longest ``n`` with ``token_counter(text[:n]) <= budget`` (counts grow with length)."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if token_counter(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _covered(evidence: Span, spans: Sequence[Span]) -> int:
@@ -81,11 +113,13 @@ class Score:
     tokens: int
 
 
-def score(question: Question, parts: Sequence[Piece]) -> Score:
+def score(
+    question: Question, parts: Sequence[Piece], token_counter: TokenCounter = approximate_tokens
+) -> Score:
     """Score returned pieces against a question's gold answers and evidence."""
     text = "\n".join(p.text for p in parts).lower()
     answer = any(a.lower() in text for a in question.answers if a)
-    tokens = sum(estimate_tokens(p.text) for p in parts)
+    tokens = sum(token_counter(p.text) for p in parts)
     if not parts:
         return Score(False, False, 0.0, 0)
     spans = [

@@ -13,6 +13,7 @@ higher is better, by the store's own rule), else by
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -205,7 +206,7 @@ class ChildIndex:
 
     def _takes_vectors(self) -> bool:
         """Whether leaves can be added with vectors embedded beforehand."""
-        return self.faiss is not None or callable(getattr(self.vectorstore, "add_embeddings", None))
+        return self.faiss is not None or _embeddings_call(self.vectorstore, "add_embeddings") != ""
 
     def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:
         """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add).
@@ -239,18 +240,23 @@ class ChildIndex:
             self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
         else:
             store: Any = self.vectorstore
-            pairs = [
-                (d.page_content, np.asarray(v, dtype=float).tolist())
-                for d, v in zip(leaves, vectors, strict=True)
-            ]
-            store.add_embeddings(pairs, [d.metadata for d in leaves], ids=ids)
+            call = _embeddings_call(store, "add_embeddings")
+            store.add_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
 
     async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Async :meth:`add` (vectors already embedded are added in a worker thread)."""
+        """Async :meth:`add`: the store's ``aadd_embeddings`` if it has one, else a thread."""
         if not leaves:
             return
+        ids = [str(d.id) for d in leaves]
         if vectors is None:
-            await self.vectorstore.aadd_documents(leaves, ids=[str(d.id) for d in leaves])
+            await self.vectorstore.aadd_documents(leaves, ids=ids)
+            return
+        call = (
+            "" if self.faiss is not None else _embeddings_call(self.vectorstore, "aadd_embeddings")
+        )
+        if call:
+            store: Any = self.vectorstore
+            await store.aadd_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
         else:
             await run_in_executor(None, self.add, leaves, vectors)
 
@@ -330,6 +336,39 @@ def _rows(vectors: Any, n: int) -> list[list[float]]:
         msg = f"The embedding returned {n} vectors that are not numbers of one length each."
         raise ValueError(msg)
     return list(matrix)
+
+
+def _embeddings_call(store: Any, name: str) -> str:
+    """How a store's ``add_embeddings``-style method takes vectors, or ``""`` if it has none.
+
+    The method is not part of LangChain's ``VectorStore`` interface and comes in
+    two shapes: ``(text_embeddings, metadatas, ids)`` of ``(text, vector)`` pairs
+    (``langchain_community`` FAISS) and ``(texts, embeddings, metadatas, ids)``
+    (``PGVector`` and others). Any other shape is not used.
+    """
+    method = getattr(store, name, None)
+    if not callable(method):
+        return ""
+    try:
+        params = list(inspect.signature(method).parameters)
+    except (TypeError, ValueError):
+        return ""
+    if params[:1] == ["text_embeddings"]:
+        return "pairs"
+    if params[:2] == ["texts", "embeddings"]:
+        return "columns"
+    return ""
+
+
+def _embeddings_args(
+    call: str, leaves: list[Document], vectors: list[list[float]]
+) -> tuple[Any, ...]:
+    texts = [d.page_content for d in leaves]
+    metadatas = [d.metadata for d in leaves]
+    lists = [np.asarray(v, dtype=float).tolist() for v in vectors]  # float32 rows -> floats
+    if call == "pairs":
+        return list(zip(texts, lists, strict=True)), metadatas
+    return texts, lists, metadatas
 
 
 def _listable(store: Any) -> set[str] | None:

@@ -55,12 +55,16 @@ from langchain_s2b.store.files import (
     write_json,
     write_text_atomic,
 )
+from langchain_s2b.store.lexical_index import LexicalIndex
 
 FORMAT = "langchain_s2b"
 FORMAT_VERSION = 1
 POINTER = "CURRENT"
 CONFIG_FILE = "s2b.json"
 NODES_FILE = "nodes.txt"
+LEXICAL_DIR = "lexical"
+"""The lexical index's files (tantivy's own format), inside a snapshot."""
+_LEXICAL_FILE = re.compile(rf"^{LEXICAL_DIR}/(?!\.\.?$)[A-Za-z0-9_.-]+$")
 LOCK_FILE = ".lock"
 """Held while a save writes into its directory (an inter-process lock)."""
 _SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
@@ -75,6 +79,8 @@ class Saved:
     levels: list[Level]
     options: dict[str, Any]
     """The retriever's options that differ from their defaults, as JSON values."""
+    lexical: LexicalIndex | None = None
+    """The BM25 twin of the child index (hybrid search), saved in ``lexical/``."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,7 @@ class Loaded:
     """``{"docstore": ...}`` or ``{"byte_store": ...}``."""
     levels: list[Level]
     options: dict[str, Any]
+    lexical: LexicalIndex | None = None
 
 
 # Saving ------------------------------------------------------------------------------
@@ -157,6 +164,11 @@ def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> 
         vectors: dict[str, Any] = {"kind": "faiss", "count": len(index), "dim": index.dim}
     else:
         vectors = {"kind": "external", "class": class_name(index)}
+    if saved.lexical is not None:
+        for written in saved.lexical.save(temp / LEXICAL_DIR):
+            name = f"{LEXICAL_DIR}/{written}"
+            files[name] = fsync_and_hash(temp / name)
+        fsync_dir(temp / LEXICAL_DIR)
     store = saved.docstore
     kind = docstore_kind(store)
     include = kind != "external" if include_docstore is None else include_docstore
@@ -214,7 +226,10 @@ def load(
             UserWarning,
             stacklevel=3,
         )
-    return Loaded(vectorstore, store, levels, dict(meta["retriever"]))
+    lexical = None
+    if any(name.startswith(f"{LEXICAL_DIR}/") for name in meta["files"]):
+        lexical = LexicalIndex.load(snap / LEXICAL_DIR)
+    return Loaded(vectorstore, store, levels, dict(meta["retriever"]), lexical)
 
 
 def current_snapshot(root: Path) -> Path:
@@ -350,7 +365,8 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
 def _check_files(snap: Path, files: Mapping[str, str]) -> None:
     allowed = {INDEX_FILE, RECORDS_FILE, NODES_FILE}
     for name, digest in files.items():
-        if name not in allowed:
+        lexical = _LEXICAL_FILE.match(name) is not None
+        if name not in allowed and not lexical:
             msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {allowed}."
             raise ValueError(msg)
         file = snap / name

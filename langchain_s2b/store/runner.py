@@ -33,8 +33,10 @@ from langchain_s2b.core.requests import (
     ScanKeys,
     Search,
     SearchMany,
+    SearchText,
 )
 from langchain_s2b.store.child_index import ChildIndex
+from langchain_s2b.store.hybrid_index import HybridChildIndex
 
 T = TypeVar("T")
 
@@ -77,6 +79,8 @@ class Runner:
                 return index.search(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return index.search_many(vectors, queries, fetch, flt)
+            case SearchText(query, n):
+                return index.search_text(query, n) if isinstance(index, HybridChildIndex) else []
             case Fetch(keys):
                 return store.mget(keys)
             case Put(pairs):
@@ -108,6 +112,10 @@ class Runner:
                 return await index.asearch(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return await index.asearch_many(vectors, queries, fetch, flt)
+            case SearchText(query, n):
+                if isinstance(index, HybridChildIndex):
+                    return await index.asearch_text(query, n)
+                return []
             case Fetch(keys):
                 return await store.amget(keys)
             case Put(pairs):

@@ -14,8 +14,10 @@ from langchain_s2b.core.budget import estimate_tokens
 from langchain_s2b.core.splitters import SentenceSplitter, paragraph_splitter, size_splitter
 from langchain_s2b.evaluation import (
     BUDGETS,
+    RULES,
     Piece,
     Question,
+    budget_table,
     cut,
     evaluate,
     fill_budget,
@@ -25,6 +27,7 @@ from langchain_s2b.evaluation import (
     markdown_table,
     pieces,
     score,
+    whitespace_tokens,
 )
 from langchain_s2b.evaluation.baselines import MemoEmbeddings, chunk_documents, chunk_retriever
 
@@ -84,8 +87,13 @@ class TestScore:
 
 class TestCut:
     def test_cuts_in_rank_order_at_the_budget(self) -> None:
-        parts = [Piece("a" * 10, "d", 0, 10), Piece("b" * 10, "d", 50, 60)]
-        assert cut(parts, 3) == [parts[0], Piece("bb", "d", 50, 52)]
+        # 10 chars = 3 tokens, leaving 2: the next piece keeps its longest prefix of 2 tokens
+        parts = [Piece("a" * 10, "d", 0, 10), Piece("b" * 10, "d", 50, 60), Piece("c", "d", 0, 1)]
+        assert cut(parts, 5) == [parts[0], Piece("b" * 8, "d", 50, 58)]
+
+    def test_a_piece_that_fits_exactly_ends_the_cut_cleanly(self) -> None:
+        parts = [Piece("a" * 8, "d", 0, 8), Piece("b", "d", 8, 9)]
+        assert cut(parts, 2) == [parts[0]]
 
     def test_budget_larger_than_everything_keeps_everything(self) -> None:
         parts = [Piece("a" * 10, "d", 0, 10)]
@@ -93,6 +101,18 @@ class TestCut:
 
     def test_text_only_pieces_are_cut_too(self) -> None:
         assert cut([Piece("abcdefgh")], 1) == [Piece("abcd")]
+
+    def test_whitespace_words(self) -> None:
+        parts = [Piece("one two  three", "d", 0, 14), Piece("four five", "d", 20, 29)]
+        assert whitespace_tokens("  one two\nthree ") == 3
+        assert cut(parts, 4, whitespace_tokens) == [parts[0], Piece("four ", "d", 20, 25)]
+        assert cut(parts, 2, whitespace_tokens) == [Piece("one two  ", "d", 0, 9)]
+
+    def test_any_token_counter(self) -> None:
+        def chars(text: str) -> int:
+            return len(text)
+
+        assert cut([Piece("abcdef", "d", 0, 6)], 4, chars) == [Piece("abcd", "d", 0, 4)]
 
 
 class TestLoading:
@@ -174,7 +194,8 @@ class TestRetrieverPlumbing:
 
     def test_fill_budget_reaches_the_budget_or_runs_out(self) -> None:
         plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter())
-        docs = fill_budget(plain, "steam", 30, k=1)  # k = 1, 2, 4: 4 sentences reach 30 tokens
+        # k = 1, 2, 4: 4 sentences reach 20 tokens (37) and 20 words (22)
+        docs = fill_budget(plain, "steam", 20, k=1)
         assert [d.page_content for d in docs] == [
             "Steam engines use steam. ",
             "Trains ran on steam for a century.",
@@ -257,6 +278,23 @@ class TestEvaluate:
         assert set(seen) == set(budgets)
         assert report.hit_at == {16: pytest.approx(1.0), 32: pytest.approx(1.0)}
 
+    def test_every_rule_judges_every_row(self) -> None:
+        # one ~70-token chunk holds all three answers; at 8 tokens it is cut, not dropped
+        plain = chunk_retriever(_docs(), BagOfWords(), size_splitter(1000))
+        report = evaluate(plain, _questions(), k=1, budgets=(8, 64))
+        assert set(report.hit_by_rule) == set(RULES)
+        # 8 tokens = 32 chars: "Rollo" (evidence at 0) is inside the cut, the others are not
+        assert report.hit_by_rule["cut-tokens"] == {8: pytest.approx(1 / 3), 64: 1.0}
+        # 8 words reach "...to swear": again only Rollo
+        assert report.hit_by_rule["cut-words"] == {8: pytest.approx(1 / 3), 64: 1.0}
+        # a plain vector-store retriever can not be told a budget: told is its cut
+        assert report.hit_by_rule["told"] == report.hit_by_rule["cut-tokens"]
+        assert report.hit_at == report.hit_by_rule["cut-tokens"]
+
+    def test_unknown_rule_is_named(self) -> None:
+        with pytest.raises(ValueError, match=r"Unknown evaluation rule\(s\) \['drop'\]"):
+            evaluate(_s2b("window"), _questions(), rules=("drop",))
+
     def test_no_questions_is_an_error(self) -> None:
         with pytest.raises(ValueError, match="at least one question"):
             evaluate(_s2b("window"), [])
@@ -277,6 +315,18 @@ def test_markdown_table() -> None:
     assert lines[2].split(" | ")[3:6] == ["100.0", "100.0", "100.0"]
     assert lines[3].split(" | ")[5] == "n/a"
     assert len(lines) == 4
+
+
+def test_budget_table() -> None:
+    plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter())
+    # 4 words of each best sentence: "Rollo was the leader" holds its answer, the others
+    # ("James Watt added a", "The Normans adopted the") stop short of theirs
+    report = evaluate(plain, _questions(), name="sentences", k=1, budgets=(4, 64))
+    assert budget_table([report], "cut-words").splitlines() == [
+        "| retriever (cut-words) | 4 | 64 |",
+        "|---|---:|---:|",
+        "| sentences | 0.333 | 1.000 |",
+    ]
 
 
 def test_pieces_read_spans_from_metadata() -> None:

@@ -140,12 +140,12 @@ def corpus(draw: st.DrawFn, *, overlap: bool) -> dict[str, tuple[str, list[tuple
 
 
 def build_nodes(sources: dict[str, tuple[str, list[tuple[int, int]]]]):
-    """Leaves and the node store of a corpus, through build_tree + prepare."""
+    """Leaves (junk ones too: any leaf can seed a window) and the node store of a corpus."""
     leaves, nodes = [], {}
     for sid, (text, spans) in sources.items():
         (source,) = identify([Document(page_content=text)], [sid], [], "")
         prepared = prepare(source, [Level("sentence", SpanList(spans))])
-        leaves += prepared.leaves
+        leaves += [doc for _, doc in prepared.nodes if doc.metadata["level"] == "sentence"]
         nodes.update(prepared.nodes)
     return leaves, nodes
 

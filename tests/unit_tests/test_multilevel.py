@@ -10,7 +10,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.core.budget import MULTILEVEL_BUDGET, estimate_tokens
 from langchain_s2b.core.hits import Hit
 from langchain_s2b.core.multilevel import common_level, evidence, ratio_level
 
@@ -67,28 +67,6 @@ class TestEscalation:
         assert meta["escalation"] == "spans-parents"
         assert docs[0].page_content == TEXT
 
-    def test_budget_steps_down_keeping_both_hits(self) -> None:
-        budget = estimate_tokens(TEXT) - 20
-        docs = _retriever(k=1, margin=0.2).invoke("zebra lion penguin walrus", max_tokens=budget)
-        # The document (176 tokens) does not fit 156; the two sections holding the hits do,
-        # and being adjacent they come back as one result.
-        (doc,) = docs
-        meta = doc.metadata
-        assert (meta["start"], meta["end"]) == (0, TEXT.index("# Gamma")) == (0, 496)
-        assert doc.page_content == TEXT[:496]
-        assert estimate_tokens(doc.page_content) == 124
-        assert (meta["level"], meta["escalation"]) == ("section", "budget-trimmed")
-        assert meta["keys"] == ["zoo/section/0", "zoo/section/1"]
-        assert [m["split_id"] for m in meta["matches"]] == [1, 16]
-
-    def test_tiny_budget_clips_around_best_hit(self) -> None:
-        (doc,) = _retriever(k=1).invoke("zebra giraffe lion", max_tokens=12)
-        assert (doc.metadata["start"], doc.metadata["end"]) == (9, 57)  # 48 chars = 12 tokens
-        assert doc.page_content == TEXT[9:57]
-        assert doc.page_content.startswith("Zebra giraffe lion.")
-        assert [m["split_id"] for m in doc.metadata["matches"]] == [1]
-        assert doc.metadata["escalation"] == "budget-trimmed"
-
     def test_weak_stray_hit_does_not_escalate(self) -> None:
         narrow = _retriever(k=1, margin=0.1).invoke("zebra giraffe")
         assert narrow[0].metadata["level"] == "paragraph"
@@ -123,66 +101,61 @@ class TestEscalation:
         ]
 
 
-class TestBudgetLadder:
-    """C11: the ladder goes down to clips before it drops a hit."""
+class TestBudget:
+    """Told a budget, multilevel grows context around the best hits (core/allocate.py)."""
 
-    FILL = " ".join(f"Plain line number {i} says nothing." for i in range(12))
-    A = f"Zebra stripes are bold. {FILL} {FILL}"[:840]  # 210 tokens each
-    B = f"{FILL} Walrus tusks are long. {FILL}"[:840]
-    TEXT = f"# Alpha\n\n{A}\n\n# Beta\n\n{B}\n"
+    QUERY = "zebra lion penguin walrus"
+    # dense hits: sentence 1 "Zebra giraffe lion. " (5 tokens) and 16 "Penguin giraffe
+    # walrus. " (6) tie at .577 (document order: 1 first), then 2 "Zebra giraffe tiger. " (6)
 
-    def test_two_paragraphs_just_over_the_budget_come_back_as_two_clips(self) -> None:
-        """Before: the two paragraphs (420 tokens) did not fit in 400, so only the first came."""
-        retriever = SmallToBigRetriever.from_documents(
-            [Document(page_content=self.TEXT, id="t")], BagOfWords(), mode="multilevel"
-        )
-        docs = retriever.invoke("zebra walrus", k=1, margin=0.5, max_tokens=400)
-        # Each paragraph gets half the budget (200 tokens = 800 chars), centred on its hit:
-        # the zebra hit opens its paragraph (at 9); the walrus hit (1269, 23 chars) sits
-        # (800 - 23) // 2 = 388 chars after the clip's start.
-        assert [(d.metadata["start"], d.metadata["end"]) for d in docs] == [(9, 809), (881, 1681)]
-        assert [[m["key"] for m in d.metadata["matches"]] for d in docs] == [
-            ["t/sentence/1"],
-            ["t/sentence/39"],
+    def test_a_tiny_budget_returns_the_best_hit_whole(self) -> None:
+        # seeds: sentence 1 alone fills 5 tokens; it fits exactly
+        (doc,) = _retriever(k=1).invoke(self.QUERY, max_tokens=5, hybrid=False)
+        assert doc.page_content == TEXT[9:29] == "Zebra giraffe lion. "
+        meta = doc.metadata
+        assert (meta["start"], meta["end"], meta["split_ids"], meta["tokens"]) == (9, 29, [1], 5)
+        assert (meta["level"], meta["escalation"]) == ("sentence", "budget")
+        assert [m["split_id"] for m in meta["matches"]] == [1]
+
+    def test_a_neighbour_that_is_also_a_hit_outranks_the_second_hit(self) -> None:
+        # seeds 1, 16, 2 (5 + 6 < 12 <= 5 + 6 + 6); values: 1 -> 1 + 1/3 * 1/2,
+        # 2 -> 1/3 + 1/2, 16 -> 1/2: take 1 (7 left), 2 (1 left); nothing else fits
+        (doc,) = _retriever(k=1).invoke(self.QUERY, max_tokens=12, hybrid=False)
+        assert doc.page_content == TEXT[9:50] == "Zebra giraffe lion. Zebra giraffe tiger. "
+        assert (doc.metadata["split_ids"], doc.metadata["tokens"]) == ([1, 2], 11)
+        assert [m["split_id"] for m in doc.metadata["matches"]] == [1, 2]
+
+    def test_hybrid_ranks_the_rare_words_first(self) -> None:
+        # BM25 weighs "penguin" and "walrus" (one sentence each) above "zebra" (three):
+        # the walrus sentence becomes the best hit, and both hits fit 12 tokens whole
+        docs = _retriever(k=1).invoke(self.QUERY, max_tokens=12)
+        assert [d.page_content for d in docs] == [
+            "Penguin giraffe walrus. ",
+            "Zebra giraffe lion. ",
         ]
-        assert [d.page_content for d in docs] == [self.TEXT[9:809], self.TEXT[881:1681]]
-        assert [d.metadata["escalation"] for d in docs] == ["budget-trimmed"] * 2
-        assert [d.metadata["truncated"] for d in docs] == [True, True]
-        assert self.TEXT.index("Walrus") == 1269
+        assert sum(estimate_tokens(d.page_content) for d in docs) == 11
 
-    def test_a_paragraph_that_fits_its_share_stays_whole(self) -> None:
-        short = "Walrus tusks are long."
-        text = f"# Alpha\n\n{self.A}\n\n# Beta\n\n{short}\n"
-        retriever = SmallToBigRetriever.from_documents(
-            [Document(page_content=text, id="t")], BagOfWords(), mode="multilevel"
+    def test_contexts_over_the_default_budget_fill_it_instead(self) -> None:
+        long_filler = "\n\n".join([FILLER] * 30)  # ~620 tokens per section
+        text = (
+            f"# Alpha\n\nZebra giraffe lion.\n\n{long_filler}\n\n"
+            f"# Beta\n\nPenguin giraffe walrus.\n\n{long_filler}\n"
         )
-        docs = retriever.invoke("zebra walrus", k=1, margin=0.5, max_tokens=200)
-        # The short paragraph costs 6 tokens and stays whole; the other gets the 194 left.
-        b_start = text.index(short)
-        assert [(d.metadata["start"], d.metadata["end"]) for d in docs] == [
-            (9, 9 + 194 * 4),
-            (b_start, b_start + len(short) + 1),
-        ]
-        assert "truncated" not in docs[1].metadata
-
-    def test_a_clip_too_small_for_its_hit_gives_its_share_back(self) -> None:
-        """Before, every clip was sized for the best hit overall (at most 3 clips), so the
-        walrus paragraph's clip could not hold its own hit and came back empty: a 100-token
-        budget gave a 33-token clip of the zebra paragraph and a heading."""
-        walrus = "Walrus " + " ".join(f"word{i}" for i in range(40)) + "."  # 68 tokens
-        a = f"Zebra zebra stripes. {self.FILL}"
-        b = f"{self.FILL[:200]} {walrus} {self.FILL[:200]}"
-        text = f"# Alpha\n\n{a}\n\n# Beta\n\n{b}\n"
         retriever = SmallToBigRetriever.from_documents(
-            [Document(page_content=text, id="t")], BagOfWords(), mode="multilevel"
+            [Document(page_content=text, id="zoo")], BagOfWords(), mode="multilevel", k=1
         )
-        docs = retriever.invoke("zebra walrus", k=1, margin=1.0, max_tokens=100)
-        # Two clips would get 50 tokens each, too few for the walrus sentence: that weaker
-        # paragraph is dropped and the zebra paragraph gets the whole budget (400 chars).
-        (doc,) = docs
-        start = text.index("Zebra zebra")
-        assert (doc.metadata["start"], doc.metadata["end"]) == (start, start + 400)
-        assert [m["split_id"] for m in doc.metadata["matches"]] == [1]
+        assert estimate_tokens(text) > MULTILEVEL_BUDGET
+        # without a budget the evidence (two sections) escalates to the whole document,
+        # which is over the default budget: the call fills MULTILEVEL_BUDGET instead
+        docs = retriever.invoke(self.QUERY, margin=0.5)
+        assert sum(estimate_tokens(d.page_content) for d in docs) <= MULTILEVEL_BUDGET
+        assert {d.metadata["escalation"] for d in docs} == {"budget"}
+        spans = [(d.metadata["start"], d.metadata["end"]) for d in docs]
+        for needle in ("Zebra giraffe lion.", "Penguin giraffe walrus."):
+            at = text.index(needle)
+            assert any(a <= at and at + len(needle) <= b for a, b in spans)
+        for doc in docs:
+            assert text[doc.metadata["start"] : doc.metadata["end"]] == doc.page_content
 
 
 class Recorder(BaseCallbackHandler):

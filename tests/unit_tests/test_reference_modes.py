@@ -239,6 +239,7 @@ def options(draw: st.DrawFn) -> dict[str, Any]:
         "coalesce": draw(st.booleans()),
         "max_tokens": draw(st.one_of(st.none(), st.integers(1, 40), st.integers(40, 300))),
         "margin": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3, 1.0])),
+        "hybrid": False,  # the reference ranks by the index's scores alone
     }
 
 
@@ -320,9 +321,9 @@ def run(case: Case) -> None:
     event(f"index: {case.index}")
     event(f"results: {min(len(want), 3)}{'+' if len(want) >= 3 else ''}")
     event(f"k windows/parents/contexts filled: {len(want) >= case.opts['k']}")
-    if any(d.metadata.get("truncated") for d in want):
-        event("a result clipped by max_tokens")
-    if case.mode == "multilevel" and len({d.metadata["context"] for d in want}) < len(want):
+    if any(d.metadata.get("escalation") == "budget" for d in want):
+        event(f"budget filled in {min(len(want), 3)}{'+' if len(want) >= 3 else ''} runs")
+    if case.mode == "multilevel" and len({d.metadata.get("context") for d in want}) < len(want):
         event("a context in several parts")
     if not want:
         reason = "the filter matches nothing" if not any(map(keep_any, [case])) else "other"

@@ -1,0 +1,59 @@
+"""Hybrid ranking: a dense and a lexical top-N list fused by z-scores.
+
+Each list is standardised on its own top-N (``(score - mean) / std``), so
+cosine similarities and BM25 scores, which live on unrelated scales, become
+comparable; a key that one list did not return gets that list's lowest z-score
+(it ranked below everything the list returned). The fused score is
+``z_dense + weight * z_lexical``. On the dev set this beat both lists alone at
+every budget and was flat for ``weight`` in 0.1..0.5, whereas reciprocal-rank
+fusion, which throws the score gaps away, was worse than dense search alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+LEXICAL_WEIGHT = 0.3
+"""Default weight of the lexical z-score."""
+TOP_N = 100
+"""Default length of each list."""
+
+
+def z_scores(scores: Sequence[float]) -> list[float]:
+    """Standardised scores (population std); all equal (or one) -> zeros."""
+    if not scores:
+        return []
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    if std == 0.0:
+        return [0.0] * len(scores)
+    return [(s - mean) / std for s in scores]
+
+
+def z_fuse(
+    dense: Sequence[tuple[K, float]],
+    lexical: Sequence[tuple[K, float]],
+    weight: float = LEXICAL_WEIGHT,
+) -> list[tuple[K, float]]:
+    """The union of both lists by fused score, best first (ties keep dense order first).
+
+    Args:
+        dense: ``(key, score)`` best first, higher is better; keys distinct.
+        lexical: the same for the lexical list.
+        weight: the lexical list's weight (``0`` keeps the dense order).
+    """
+    if weight < 0 or math.isnan(weight):
+        msg = f"The lexical weight must be 0 or more; got {weight!r}."
+        raise ValueError(msg)
+    zd = dict(zip([k for k, _ in dense], z_scores([s for _, s in dense]), strict=True))
+    zl = dict(zip([k for k, _ in lexical], z_scores([s for _, s in lexical]), strict=True))
+    floor_d = min(zd.values(), default=0.0)
+    floor_l = min(zl.values(), default=0.0)
+    order = list(dict.fromkeys([k for k, _ in dense] + [k for k, _ in lexical]))
+    fused = [(key, zd.get(key, floor_d) + weight * zl.get(key, floor_l)) for key in order]
+    position = {key: i for i, key in enumerate(order)}
+    return sorted(fused, key=lambda pair: (-pair[1], position[pair[0]]))

@@ -1,0 +1,176 @@
+"""Hybrid child search: z-score fusion (pure) and the tantivy lexical index (files)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from langchain_core.documents import Document
+
+from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.core.fusion import z_fuse, z_scores
+from langchain_s2b.store.hybrid_index import HybridChildIndex
+from langchain_s2b.store.lexical_index import LexicalIndex, query_terms
+
+from ._embeddings import BagOfWords
+
+
+class TestFusion:
+    def test_z_scores(self) -> None:
+        assert z_scores([1.0, 3.0]) == [-1.0, 1.0]
+        assert z_scores([2.0, 2.0, 2.0]) == [0.0, 0.0, 0.0]
+        assert z_scores([5.0]) == [0.0]
+        assert z_scores([]) == []
+
+    def test_union_with_missing_scores_at_the_list_minimum(self) -> None:
+        # dense z: a +1.2247, b 0, c -1.2247; lexical z: c +1, d -1 (d missing from dense).
+        dense = [("a", 0.9), ("b", 0.8), ("c", 0.7)]
+        lexical = [("c", 12.0), ("d", 2.0)]
+        fused = dict(z_fuse(dense, lexical, weight=0.5))
+        r = math.sqrt(1.5)
+        assert fused == pytest.approx({"a": r - 0.5, "b": -0.5, "c": -r + 0.5, "d": -r - 0.5})
+        assert [k for k, _ in z_fuse(dense, lexical, weight=0.5)] == ["a", "b", "c", "d"]
+
+    def test_a_strong_lexical_match_overtakes(self) -> None:
+        dense = [("a", 0.90), ("b", 0.89), ("c", 0.10)]
+        lexical = [("b", 30.0), ("a", 1.0), ("c", 1.0)]
+        assert [k for k, _ in z_fuse(dense, lexical, weight=0.3)] == ["b", "a", "c"]
+
+    def test_weight_zero_keeps_dense_order_and_ties_keep_input_order(self) -> None:
+        dense = [("a", 1.0), ("b", 1.0), ("c", 0.5)]
+        assert [k for k, _ in z_fuse(dense, [("c", 9.0)], weight=0.0)] == ["a", "b", "c"]
+
+    def test_empty_lexical_list_keeps_dense_ranking(self) -> None:
+        dense = [("x", 0.2), ("y", 0.9)]
+        assert [k for k, _ in z_fuse(dense, [])] == ["y", "x"]
+
+    def test_negative_weight_is_refused(self) -> None:
+        with pytest.raises(ValueError, match=r"lexical weight must be 0 or more; got -1"):
+            z_fuse([], [], weight=-1)
+
+
+def leaf(key: str, text: str) -> Document:
+    return Document(page_content=text, id=key)
+
+
+CORPUS = [
+    leaf("s/0", "The Normans were a people of Normandy in France."),
+    leaf("s/1", "Rollo was their first ruler; Rollo signed a treaty."),
+    leaf("s/2", "Normandy lies in the north of France."),
+    leaf("s/3", ".."),
+]
+
+
+class TestLexicalIndex:
+    def test_terms_split_like_the_index(self) -> None:
+        assert query_terms("Who was ROLLO, the Norman_king? who") == [
+            "who",
+            "was",
+            "rollo",
+            "the",
+            "norman",
+            "king",
+        ]
+
+    def test_search_ranks_by_bm25_and_ignores_punctuation_only_queries(self) -> None:
+        index = LexicalIndex()
+        index.add(CORPUS)
+        found = index.search("Rollo", 10)
+        assert [k for k, _ in found] == ["s/1"]
+        assert [k for k, _ in index.search("Normandy France", 10)] == ["s/2", "s/0"]
+        assert index.search("?!", 10) == []
+        assert len(index) == 4
+
+    def test_add_replaces_and_delete_removes(self) -> None:
+        index = LexicalIndex()
+        index.add(CORPUS)
+        index.add([leaf("s/1", "Nothing about the duke any more.")])
+        index.delete(["s/0", "never-there"])
+        assert index.keys() == {"s/1", "s/2", "s/3"}
+        assert index.search("Rollo", 10) == []
+        assert [k for k, _ in index.search("duke", 10)] == ["s/1"]
+
+    def test_save_and_load_round_trip_without_touching_the_snapshot(self, tmp_path: Path) -> None:
+        index = LexicalIndex()
+        index.add(CORPUS)
+        before = index.search("Normandy France", 10)
+        written = index.save(tmp_path / "lex")
+        saved = sorted(p.name for p in (tmp_path / "lex").iterdir())
+        assert written == saved
+        assert "meta.json" in saved
+        loaded = LexicalIndex.load(tmp_path / "lex")
+        assert loaded.search("Normandy France", 10) == before
+        assert loaded.items() == index.items()
+        loaded.delete(["s/2"])
+        assert sorted(p.name for p in (tmp_path / "lex").iterdir()) == saved
+        assert LexicalIndex.load(tmp_path / "lex").keys() == {"s/0", "s/1", "s/2", "s/3"}
+
+    def test_text_that_is_not_valid_unicode_is_indexed(self) -> None:
+        index = LexicalIndex()
+        index.add([leaf("s/9", "bad \ud800 surrogate")])
+        assert [k for k, _ in index.search("surrogate \udfff", 5)] == ["s/9"]
+
+    def test_load_of_a_directory_without_an_index_is_named(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="holds no lexical index"):
+            LexicalIndex.load(tmp_path)
+
+
+# Through the retriever: updated, deleted and saved with the child index --------------
+
+TEXT = "Rollo led the Norse. Normandy is in France. The duke ruled. Walrus tusks are long."
+
+
+def _hybrid(**fields: object) -> SmallToBigRetriever:
+    return SmallToBigRetriever.from_documents(
+        [Document(page_content=TEXT, id="d")], BagOfWords(), mode="window", **fields
+    )
+
+
+def _lexical(retriever: SmallToBigRetriever) -> LexicalIndex:
+    index = retriever._io.index
+    assert isinstance(index, HybridChildIndex)
+    return index.lexical
+
+
+class TestWithTheRetriever:
+    def test_update_and_delete_reach_the_lexical_index(self) -> None:
+        retriever = _hybrid()
+        assert [k for k, _ in _lexical(retriever).search("walrus", 5)] == ["d/sentence/3"]
+        retriever.add_documents([Document(page_content="Only penguins now.", id="d")])
+        lexical = _lexical(retriever)
+        assert lexical.search("walrus", 5) == []
+        assert [text for _, text in lexical.items()] == ["Only penguins now."]
+        retriever.delete(["d"])
+        assert len(lexical) == 0
+
+    def test_save_and_load_keep_the_lexical_index(self, tmp_path: Path) -> None:
+        retriever = _hybrid()
+        retriever.save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords())
+        assert _lexical(loaded).items() == _lexical(retriever).items()
+        query = "walrus duke"
+        assert loaded.invoke(query, max_tokens=10) == retriever.invoke(query, max_tokens=10)
+
+    def test_a_save_without_one_is_caught_up_from_the_child_index(self, tmp_path: Path) -> None:
+        _hybrid(hybrid=False).save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords(), hybrid=True)
+        assert len(_lexical(loaded)) == 0
+        (doc,) = loaded.invoke("walrus", max_tokens=6)  # the first search catches up
+        assert doc.page_content == "Walrus tusks are long."
+        assert [k for k, _ in _lexical(loaded).items()] == [f"d/sentence/{i}" for i in range(4)]
+
+    def test_an_index_filled_elsewhere_is_caught_up_before_a_write(self) -> None:
+        built = _hybrid(hybrid=False)
+        retriever = SmallToBigRetriever(
+            vectorstore=built.vectorstore, docstore=built.docstore, mode="window"
+        )
+        retriever.add_documents([Document(page_content="Penguins swim.", id="p")])
+        keys = [k for k, _ in _lexical(retriever).items()]
+        assert keys == [*(f"d/sentence/{i}" for i in range(4)), "p/sentence/0"]
+
+    def test_hybrid_off_keeps_no_lexical_index(self) -> None:
+        retriever = _hybrid(hybrid=False)
+        assert not isinstance(retriever._io.index, HybridChildIndex)
+        (doc,) = retriever.invoke("walrus", max_tokens=6)
+        assert doc.page_content == "Walrus tusks are long."
