@@ -40,8 +40,8 @@ format: install  ## ruff format + autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install  ## quick benchmarks (ratios against a bare FAISS search); FULL=1 for 1M
-	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,)
+bench: install  ## quick benchmarks (ratios vs a bare FAISS search, targets); FULL=1 for 1M; BASE=dir: another checkout
+	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,) $(if $(BASE),--code $(BASE),)
 	$(BIN)/python benchmarks/cli_bench.py
 
 demo: install  ## index the bundled Wikipedia articles with the offline model; answer questions

@@ -67,12 +67,24 @@ class LocalE5Embeddings(Embeddings):
         self._lock = threading.Lock()
 
     def _batched(self, texts: list[str], encode: Any) -> list[list[float]]:
+        """Each distinct text embedded once, in batches of ``batch_size``.
+
+        The engine packs a batch's tokens without padding and embeds every
+        text on its own (the same vector alone or in any batch), and it runs
+        one thread on this machine's build: sorting by length, a larger batch
+        or more threads changed nothing measurable (``benchmarks/README.md``),
+        so only repeated texts are skipped.
+        """
+        unique = list(dict.fromkeys(texts))
         out: list[list[float]] = []
-        for i in range(0, len(texts), self.batch_size):
-            batch = [_clean(t) for t in texts[i : i + self.batch_size]]
+        for i in range(0, len(unique), self.batch_size):
+            batch = [_clean(t) for t in unique[i : i + self.batch_size]]
             with self._lock:
                 out.extend(encode(batch).reshape(len(batch), -1).tolist())
-        return out
+        if len(unique) == len(texts):
+            return out
+        position = {text: i for i, text in enumerate(unique)}
+        return [out[position[text]][:] for text in texts]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed passages, in batches."""

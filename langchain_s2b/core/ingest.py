@@ -207,36 +207,42 @@ class Prepared:
 def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Prepared:
     """Split one source into leaf documents (to embed) and node documents (to store).
 
-    The nodes are keyed under generation ``generation`` of the source.
+    The nodes are keyed under generation ``generation`` of the source. The
+    leaves of one parent share its ``ancestors`` list (metadata is read only).
     """
     text = source.doc.page_content
     base = generation_key(source.source_key, generation)
     tree = build_tree(text, base, levels)
-    user = dict(source.doc.metadata)
+    common = {**source.doc.metadata, "source_id": source.source_id, "source_key": base}
     n_leaves = len(tree.leaves)
+    leaf_level = tree.levels[0]
     nodes: list[tuple[str, Document]] = []
     leaves: list[Document] = []
     for level in tree.levels:
+        is_leaf = level == leaf_level
+        ancestries: dict[int, list[list[str | int]]] = {}
         for node in tree.nodes[level]:
+            key = node.key
+            start = node.start
             meta = {
-                **user,
-                "source_id": source.source_id,
-                "source_key": base,
+                **common,
                 "level": node.level,
                 "split_id": node.split_id,
-                "start": node.start,
+                "start": start,
                 "end": node.end,
-                "split_idx_start": node.start,
+                "split_idx_start": start,
                 "parent_id": node.parent_key,
             }
             if node.children is not None:
                 meta["children"] = list(node.children)
-            is_leaf = level == tree.levels[0]
             if is_leaf:  # one document serves the docstore and the child index
-                meta["ancestors"] = [list(a) for a in node.ancestors]
+                shared = ancestries.get(id(node.ancestors))
+                if shared is None:
+                    shared = ancestries[id(node.ancestors)] = [list(a) for a in node.ancestors]
+                meta["ancestors"] = shared
                 meta["source_splits"] = n_leaves
-            doc = Document(page_content=text[node.start : node.end], metadata=meta, id=node.key)
-            nodes.append((node.key, doc))
+            doc = Document(page_content=text[start : node.end], metadata=meta, id=key)
+            nodes.append((key, doc))
             if is_leaf and not is_junk(doc.page_content):
                 leaves.append(doc)
     return Prepared(source, leaves, nodes, manifest_document(source, tree, generation))

@@ -2,8 +2,9 @@
 
 Writing is copy-on-write, in two phases. :func:`stage` splits the sources,
 skips unchanged ones (same digest: text, metadata, split configuration and the
-spans the splitters produced) and embeds the new leaves; it changes nothing, so
-it runs without the write lock and a failed embedding loses nothing.
+spans the splitters produced) and embeds the new leaves, each distinct text
+once; it changes nothing, so it runs without the write lock and a failed
+embedding loses nothing.
 :func:`commit` then writes each changed source as a new *generation* (its nodes
 under a generation key, see :mod:`~langchain_s2b.core.keys`): nodes, then the
 leaf vectors, then the manifests (the commit record), and only then removes
@@ -192,10 +193,23 @@ def stage(
         writes.append(Write(prepared, generation))
     texts = [leaf.page_content for w in writes for leaf in w.prepared.leaves]
     if texts:
-        vectors = yield from ask(EmbedLeaves(texts))
+        vectors = yield from _embed_once(texts)
         if vectors is not None:
             _assign(writes, vectors)
     return Staged(writes, result, frozenset(force))
+
+
+def _embed_once(texts: list[str]) -> Op[Vectors | None]:
+    """Embed each distinct text once (boilerplate, repeated headers) and share its vector."""
+    unique = list(dict.fromkeys(texts))
+    vectors = yield from ask(EmbedLeaves(unique))
+    if vectors is None or len(unique) == len(texts):
+        return vectors
+    if len(vectors) != len(unique):
+        msg = f"The embedding returned {len(vectors)} vectors for {len(unique)} texts."
+        raise ValueError(msg)
+    position = {text: i for i, text in enumerate(unique)}
+    return [vectors[position[text]] for text in texts]
 
 
 def commit(config: Config, staged: Staged) -> Op[IndexingResult]:

@@ -65,10 +65,18 @@ _ABBREVIATIONS = frozenset(
     ]
 )
 _QUOTES = "\"'\u201c\u201d\u2018\u2019"
+_HEADING = r"[ \t]*#{1,6}[ \t][^\n]*"
 _SENTENCE_END = re.compile(
-    rf"[.!?\u2026]+[{_QUOTES})\]]*(?=\s)"
-    r"|\n\s*\n|\n(?=[ \t]*#{1,6}[ \t])|(?m:^[ \t]*#{1,6}[ \t][^\n]*)"
+    rf"(?=[.!?\u2026\n])(?:[.!?\u2026]+[{_QUOTES})\]]*(?=\s)"
+    rf"|(?:\n\s*\n|\n(?=[ \t]*#{{1,6}}[ \t]))(?P<head>{_HEADING})?)"
 )
+"""One pass finds every candidate boundary: a run of sentence-ending punctuation
+followed by whitespace, or a blank line or the newline before a Markdown
+heading, with the heading line that follows. Every match starts with one of
+``.!?…`` or a newline (the leading look-ahead lets the engine skip to those)."""
+_FIRST_HEADING = re.compile(_HEADING)
+_OPENERS = "(" + _QUOTES
+_ENDERS = frozenset(".!?\u2026")
 
 
 class SentenceSplitter(TextSplitter):
@@ -93,18 +101,25 @@ class SentenceSplitter(TextSplitter):
     def split_spans(self, text: str) -> list[tuple[int, int]]:
         """Sentence spans of ``text`` (whitespace between them left out)."""
         spans: list[tuple[int, int]] = []
+        emit = self._emit
         start = 0
-        for match in _SENTENCE_END.finditer(text):
-            token = match.group()
-            if token.lstrip().startswith("#"):
-                self._emit(text, start, match.start(), spans)
-                self._emit(text, match.start(), match.end(), spans)
-            elif token.strip() and _is_abbreviation(text, match.start()):
-                continue
-            else:
-                self._emit(text, start, match.end() if token.strip() else match.start(), spans)
+        first = _FIRST_HEADING.match(text)
+        if first:  # a heading line is a sentence of its own
+            emit(text, 0, first.end(), spans)
+            start = first.end()
+        enders = _ENDERS
+        for match in _SENTENCE_END.finditer(text, start):
+            dot = match.start()
+            if text[dot] in enders:  # a sentence ends unless this is an abbreviation
+                if text[dot] == "." and _is_abbreviation(text, dot):
+                    continue
+                emit(text, start, match.end(), spans)
+            else:  # a blank line, or a newline before a heading line
+                emit(text, start, dot, spans)
+                if match.start("head") >= 0:
+                    emit(text, match.start("head"), match.end(), spans)
             start = match.end()
-        self._emit(text, start, len(text), spans)
+        emit(text, start, len(text), spans)
         return spans
 
     def _emit(self, text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
@@ -112,10 +127,9 @@ class SentenceSplitter(TextSplitter):
         stripped = piece.strip()
         if not stripped:
             return
-        begin = start + piece.index(stripped[0])
-        finish = begin + len(stripped)
+        begin = start + len(piece) - len(piece.lstrip())
         if estimate_tokens(stripped) <= self.max_tokens:
-            spans.append((begin, finish))
+            spans.append((begin, begin + len(stripped)))
             return
         for a, b in locate_chunks(stripped, self._fallback.split_text(stripped)):
             spans.append((begin + a, begin + b))
@@ -127,12 +141,10 @@ class SentenceSplitter(TextSplitter):
 
 def _is_abbreviation(text: str, dot: int) -> bool:
     """True when the period at ``dot`` ends an abbreviation, initial or number."""
-    if text[dot] != ".":
-        return False
     word_start = dot
     while word_start > 0 and not text[word_start - 1].isspace():
         word_start -= 1
-    word = text[word_start:dot].lstrip("(" + _QUOTES).lower()
+    word = text[word_start:dot].lstrip(_OPENERS).lower()
     if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
         return True
     after = text[dot + 1 : dot + 3].lstrip()

@@ -1,6 +1,9 @@
 """The adapter over any child ``VectorStore``: embed, search for hits, add, delete, list.
 
-``FaissIndex`` takes a fast path (raw FAISS rows, no ``Document`` objects).
+``FaissIndex`` takes a fast path (raw FAISS rows, no ``Document`` objects):
+each row's hit fields are read from its metadata once and kept, and a
+metadata filter selects the rows before the one search (see
+:meth:`FaissIndex.matching_rows`).
 Any other store is searched by vector when it offers
 ``similarity_search_with_score_by_vector`` (scores turned into relevance,
 higher is better, by the store's own rule), else by
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,9 +81,16 @@ class ChildIndex:
 
     @staticmethod
     def _search_faiss(index: FaissIndex, vector: list[float], fetch: int, flt: Any) -> Found:
-        """FAISS has no metadata: post-filter, searching deeper until enough children pass."""
+        """Pre-filter the rows and search once; else post-filter, searching deeper as needed."""
         check_filter(flt)
         query = np.asarray([vector], dtype=np.float32)
+        if flt is not None:
+            allowed = index.matching_rows(flt)
+            found = None if allowed is None else index.search_among(query, fetch + 1, allowed)
+            if found is not None:
+                scores, rows, _ = found  # fewer than fetch + 1 back: no more can be reached
+                hits, _ = _faiss_hits(index, scores[0], rows[0], None, fetch + 1)
+                return settle(hits, fetch)
         depth = fetch + 1
         while True:
             scores, rows = index.search_rows(query, depth)
@@ -145,6 +156,8 @@ class ChildIndex:
     ) -> list[Found]:
         """One matrix search; a query whose filter needs a deeper search gets its own."""
         check_filter(flt)
+        if flt is not None and index.matching_rows(flt) is not None:
+            return [cls._search_faiss(index, vector.tolist(), fetch, flt) for vector in matrix]
         scores, rows = index.search_rows(matrix, fetch + 1)
         found = []
         for vector, row_scores, row_ids in zip(matrix, scores, rows, strict=True):
@@ -196,18 +209,23 @@ class ChildIndex:
         return self.faiss is not None or _embeddings_call(self.vectorstore, "add_embeddings") != ""
 
     def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:
-        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add)."""
+        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add).
+
+        The model's vectors are converted to float32 once, here: the rows
+        returned are views of one matrix, which :meth:`add` stacks again
+        without going through Python floats.
+        """
         emb = self.embeddings
         if emb is None or not self._takes_vectors():
             return None
-        return [list(v) for v in emb.embed_documents(texts)]
+        return _rows(emb.embed_documents(texts), len(texts))
 
     async def aembed_leaves(self, texts: list[str]) -> list[list[float]] | None:
         """Async :meth:`embed_leaves`."""
         emb = self.embeddings
         if emb is None or not self._takes_vectors():
             return None
-        return [list(v) for v in await emb.aembed_documents(texts)]
+        return _rows(await emb.aembed_documents(texts), len(texts))
 
     def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Index leaves under their ids (the node keys), with their vectors when given."""
@@ -218,7 +236,8 @@ class ChildIndex:
             self.vectorstore.add_documents(leaves, ids=ids)
         elif self.faiss is not None:
             texts = [d.page_content for d in leaves]
-            self.faiss.add_vectors(np.asarray(vectors), texts, [d.metadata for d in leaves], ids)
+            matrix = np.asarray(vectors, dtype=np.float32)
+            self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
         else:
             store: Any = self.vectorstore
             call = _embeddings_call(store, "add_embeddings")
@@ -297,6 +316,28 @@ class ChildIndex:
         return {str(doc.id) for doc in found}, False
 
 
+def _rows(vectors: Any, n: int) -> list[list[float]]:
+    """The model's vectors as the rows of one float32 matrix (one conversion)."""
+    if len(vectors) != n:
+        msg = f"The embedding returned {len(vectors)} vectors for {n} texts."
+        raise ValueError(msg)
+    try:
+        dim = len(vectors[0]) if n and isinstance(vectors, list) else -1
+        matrix: np.ndarray
+        if dim > 0 and all(isinstance(v, list) and len(v) == dim for v in vectors):
+            # lists of floats (LangChain's interface): one pass, no shape discovery
+            flat = itertools.chain.from_iterable(vectors)
+            matrix = np.fromiter(flat, dtype=np.float32, count=n * dim).reshape(n, dim)
+        else:
+            matrix = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError):
+        matrix = np.empty((0,), dtype=np.float32)
+    if matrix.ndim != 2:
+        msg = f"The embedding returned {n} vectors that are not numbers of one length each."
+        raise ValueError(msg)
+    return list(matrix)
+
+
 def _embeddings_call(store: Any, name: str) -> str:
     """How a store's ``add_embeddings``-style method takes vectors, or ``""`` if it has none.
 
@@ -324,9 +365,10 @@ def _embeddings_args(
 ) -> tuple[Any, ...]:
     texts = [d.page_content for d in leaves]
     metadatas = [d.metadata for d in leaves]
+    lists = [np.asarray(v, dtype=float).tolist() for v in vectors]  # float32 rows -> floats
     if call == "pairs":
-        return list(zip(texts, vectors, strict=True)), metadatas
-    return texts, vectors, metadatas
+        return list(zip(texts, lists, strict=True)), metadatas
+    return texts, lists, metadatas
 
 
 def _listable(store: Any) -> set[str] | None:
@@ -351,15 +393,39 @@ def _faiss_hits(
     fewer than ``depth`` slots (an IVF index probes only some lists, so going
     deeper would find nothing new).
     """
+    rows_list = rows.tolist()
+    filled = len(rows_list) - rows_list.count(-1)
+    if flt is None:
+        hits = []
+        for score, t in zip(scores.tolist(), index.parsed(rows_list, _hit_template), strict=True):
+            if t is not None:
+                hits.append(
+                    Hit(
+                        t.key,
+                        t.source_key,
+                        t.source_id,
+                        t.level,
+                        t.split_id,
+                        t.start,
+                        t.end,
+                        score,
+                        t.text,
+                        t.parent_key,
+                        t.ancestors,
+                        t.n_splits,
+                    )
+                )
+        return hits, filled < depth
     hits = []
-    filled = 0
-    for score, row, found in zip(
-        scores.tolist(), rows.tolist(), index.records(rows.tolist()), strict=True
-    ):
-        filled += row >= 0
-        if found is not None and (flt is None or matches_filter(found[2], flt)):
+    for score, found in zip(scores.tolist(), index.records(rows_list), strict=True):
+        if found is not None and matches_filter(found[2], flt):
             hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
     return hits, filled < depth
+
+
+def _hit_template(key: str, text: str, meta: dict[str, Any]) -> Hit:
+    """A row's hit with score 0 (read from its metadata once per row, then cached)."""
+    return hit_from_metadata(meta, text, 0.0, key)
 
 
 def settle(hits: list[Hit], fetch: int) -> Found:

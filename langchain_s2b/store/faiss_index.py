@@ -16,6 +16,17 @@ rows as there are tombstones and drop them; the index is rebuilt from its
 live vectors (a reset clone, so training and search parameters stay) when the
 tombstones reach a quarter of it and before every save, so a saved file holds
 live vectors only. NSG can not add after its first build and is refused.
+
+A metadata filter is applied before the search, not after it: the index
+keeps the rows of each source (the ``source_key`` of the leaf metadata; the
+leaves of one source share its metadata), a filter on source fields is
+evaluated once per source, and the matching rows are searched once: scored
+exactly when they are few, else through a FAISS ``IDSelector``. This is done
+for the exact (``Flat``) index only, whose answer it does not change. On an
+approximate index a pre-filter finds other children than the post-filter the
+reference tests pin down (FAISS returns a different candidate set), so IVF,
+HNSW and PQ indexes, callable filters and filters on per-leaf fields such as
+``start`` are filtered after the search by the caller.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,11 +46,19 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import Filter, matches_filter
+from langchain_s2b.core.tree import NODE_FIELDS
 
 INDEX_FILE = "children.faiss"
 RECORDS_FILE = "children.jsonl"
 RECORDS_FORMAT = "langchain_s2b.faiss.v1"
 _STATIC_INDEXES = ("NSG", "NNDESCENT")
+_SOURCE_FIELDS = NODE_FIELDS - {"source_id", "source_key"}
+"""Leaf fields that differ between the leaves of one source (a filter on them is per row)."""
+_EXACT_SUBSET = 4096
+"""Up to this many matching rows, a filtered search scores them exactly (one small scan)."""
+_FILTER_CACHE = 32
+_PARSED_CACHE = 1 << 16
+"""Rows whose parsed record `FaissIndex.parsed` keeps (~200 bytes each), then starts over."""
 
 
 def normalise(vectors: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
@@ -93,6 +113,15 @@ class FaissIndex(VectorStore):
         self._records: dict[int, tuple[str, dict[str, Any]]] = {}
         self._dead: set[int] = set()
         """Rows deleted from the maps whose vectors the index could not remove."""
+        self._sources: dict[str, set[int]] = {}
+        """Rows per ``source_key`` (the leaves of one source share its metadata)."""
+        self._loose: set[int] = set()
+        """Rows whose metadata names no ``source_key`` (a filter is evaluated on each)."""
+        self._parsed: dict[int, Any] = {}
+        """Per row, what :meth:`parsed` made of its record (filled lazily, dropped on delete)."""
+        self._version = 0
+        self._filtered: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
+        """Matching rows per filter (its JSON), valid while ``_version`` is unchanged."""
         self._lock = threading.RLock()
 
     @property
@@ -197,10 +226,11 @@ class FaissIndex(VectorStore):
         and metadata (as if the calls were made one after the other).
         """
         matrix = np.asarray(vectors, dtype=np.float32)
-        if matrix.ndim != 2 or len(matrix) != len(ids) or len(texts) != len(ids):
+        n = len(ids)
+        if matrix.ndim != 2 or len(matrix) != n or len(texts) != n or len(metadatas) != n:
             msg = (
-                f"Expected {len(ids)} vectors as a 2-D array and {len(ids)} texts; got "
-                f"shape {matrix.shape} and {len(texts)} texts."
+                f"Expected {n} vectors as a 2-D array, {n} texts and {n} metadata dicts; got "
+                f"shape {matrix.shape}, {len(texts)} texts and {len(metadatas)} metadata dicts."
             )
             raise ValueError(msg)
         last = {key: i for i, key in enumerate(ids)}
@@ -222,12 +252,12 @@ class FaissIndex(VectorStore):
             rows = np.arange(self._next_id, self._next_id + len(ids), dtype=np.int64)
             self._next_id += len(ids)
             self._active().add_with_ids(normalise(matrix), rows)
-            records = self._records
-            keys = self._keys
-            for row, key, text, meta in zip(rows.tolist(), ids, texts, metadatas, strict=True):
-                known[key] = row
-                keys[row] = key
-                records[row] = (text, meta)
+            row_list = rows.tolist()
+            known.update(zip(ids, row_list, strict=True))
+            self._keys.update(zip(row_list, ids, strict=True))
+            self._records.update(zip(row_list, zip(texts, metadatas, strict=True), strict=True))
+            self._group_by_source(row_list, metadatas)
+            self._version += 1
             if self._staging is not None and self._staging.ntotal >= self._wanted_training():
                 self._unstage()
         return list(ids_given)
@@ -264,10 +294,38 @@ class FaissIndex(VectorStore):
             self._remove_rows(rows)
             for row in rows:
                 del self._ids[self._keys.pop(row)]
-                del self._records[row]
+                _, meta = self._records.pop(row)
+                self._parsed.pop(row, None)
+                self._forget_source(row, meta)
+            self._version += 1
             if len(self._dead) >= max(64, len(self._ids) // 4):
                 self._compact()
         return True
+
+    def _group_by_source(self, rows: list[int], metadatas: Sequence[dict[str, Any]]) -> None:
+        """Note each row under its ``source_key`` (runs of one source added at once)."""
+        sources = self._sources
+        current: str | None = None
+        members: set[int] = self._loose
+        for row, meta in zip(rows, metadatas, strict=True):
+            source = meta.get("source_key")
+            if source != current:
+                current = source
+                if isinstance(source, str):
+                    members = sources.setdefault(source, set())
+                else:
+                    current, members = None, self._loose
+            members.add(row)
+
+    def _forget_source(self, row: int, meta: dict[str, Any]) -> None:
+        source = meta.get("source_key")
+        members = self._sources.get(source) if isinstance(source, str) else None
+        if members is None:
+            self._loose.discard(row)
+            return
+        members.discard(row)
+        if not members:
+            del self._sources[source]  # type: ignore[arg-type]
 
     def _remove_rows(self, rows: list[int]) -> None:
         """Remove rows from FAISS where that is sound, else make them tombstones."""
@@ -286,6 +344,10 @@ class FaissIndex(VectorStore):
         self._keys.clear()
         self._records.clear()
         self._dead.clear()
+        self._sources.clear()
+        self._loose.clear()
+        self._parsed.clear()
+        self._version += 1
         return had
 
     def _compact(self) -> None:
@@ -337,6 +399,30 @@ class FaissIndex(VectorStore):
                 scores, rows = _drop_dead(scores, rows, dead, min(k, int(index.ntotal)))
         return scores, rows
 
+    def parsed(
+        self, rows: Sequence[int], parse: Callable[[str, str, dict[str, Any]], Any]
+    ) -> list[Any]:
+        """``parse(key, text, metadata)`` per search row, made once per row and kept.
+
+        A row's record never changes (a replaced key gets a new row), so the
+        caller's reading of it (a hit's fields) is cached until the row is
+        deleted (at most ``_PARSED_CACHE`` rows). ``-1`` and deleted rows give ``None``.
+        """
+        out: list[Any] = []
+        with self._lock:
+            cache, keys = self._parsed, self._keys
+            for row in rows:
+                found = cache.get(row)
+                if found is None:
+                    key = keys.get(row)
+                    if key is not None:
+                        if len(cache) >= _PARSED_CACHE:
+                            cache.clear()
+                        text, meta = self._records[row]
+                        found = cache[row] = parse(key, text, meta)
+                out.append(found)
+        return out
+
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
         """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
         out: list[tuple[str, str, dict[str, Any]] | None] = []
@@ -346,6 +432,64 @@ class FaissIndex(VectorStore):
                 key = keys.get(row)
                 out.append(None if key is None else (key, *records[row]))
         return out
+
+    def matching_rows(self, flt: Filter) -> np.ndarray | None:
+        """The rows whose metadata passes a metadata-dict filter (sorted), or ``None``.
+
+        The filter is evaluated once per source on its first leaf's metadata
+        (the leaves of one source share it), and the answer is kept until the
+        index changes. ``None`` when that is not sound: a callable filter, or
+        one that names a per-leaf field (``start``, ``split_id`` ...).
+        """
+        if not isinstance(flt, dict) or _per_leaf(flt):
+            return None
+        try:
+            name = json.dumps(flt, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+        with self._lock:
+            cached = self._filtered.get(name)
+            if cached is not None and cached[0] == self._version:
+                self._filtered.move_to_end(name)
+                return cached[1]
+            records = self._records
+            chosen: list[int] = []
+            for members in self._sources.values():
+                first = next(iter(members))
+                if matches_filter(records[first][1], flt):
+                    chosen.extend(members)
+            chosen.extend(row for row in self._loose if matches_filter(records[row][1], flt))
+            rows = np.sort(np.asarray(chosen, dtype=np.int64))
+            self._filtered[name] = (self._version, rows)
+            while len(self._filtered) > _FILTER_CACHE:
+                self._filtered.popitem(last=False)
+        return rows
+
+    def search_among(
+        self, query: np.ndarray, k: int, allowed: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, bool] | None:
+        """The ``k`` best of the ``allowed`` rows for one query: ``(scores, rows, all_seen)``.
+
+        One search: an exact scan of the allowed rows when they are few, else
+        FAISS with an ``IDSelector`` (a graph index searches wider until it
+        finds ``k`` or has looked at every vector). ``all_seen``: fewer than
+        ``k`` came back because no more allowed rows can be reached. ``None``
+        unless the index is exact (``Flat``; see the module docstring).
+        """
+        matrix = normalise(np.asarray(query, dtype=np.float32).reshape(1, -1))
+        with self._lock:
+            if self._index is None or not isinstance(
+                faiss.downcast_index(self._index.index), faiss.IndexFlat
+            ):
+                return None
+            self._ensure_index(matrix.shape[1])
+            index = self._active()
+            if index.ntotal == 0 or len(allowed) == 0:
+                empty = np.empty((1, 0))
+                return empty.astype(np.float32), empty.astype(np.int64), True
+            if len(allowed) <= _EXACT_SUBSET:
+                return (*_exact_among(index, matrix, k, allowed), True)
+            return _selector_search(index, matrix, k, allowed)
 
     def similarity_search_with_score_by_vector(
         self,
@@ -461,6 +605,7 @@ class FaissIndex(VectorStore):
             store._ids[key] = row
             store._keys[row] = key
             store._records[row] = (text, meta)
+        store._group_by_source([r[0] for r in records], [r[3] for r in records])
         return store
 
 
@@ -475,6 +620,49 @@ def _drop_dead(
         out_scores[i, : len(keep)] = row_scores[keep]
         out_rows[i, : len(keep)] = row_ids[keep]
     return out_scores, out_rows
+
+
+def _per_leaf(flt: Any) -> bool:
+    """Whether a metadata-dict filter names a field that differs between a source's leaves."""
+    if isinstance(flt, dict):
+        for field, cond in flt.items():
+            if field in ("$and", "$or"):
+                if not isinstance(cond, list) or any(_per_leaf(sub) for sub in cond):
+                    return True
+            elif field == "$not":
+                if _per_leaf(cond):
+                    return True
+            elif field in _SOURCE_FIELDS or field.startswith("$"):
+                return True
+        return False
+    return True
+
+
+def _exact_among(
+    index: Any, matrix: np.ndarray, k: int, allowed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score the allowed rows exactly (FAISS's own inner product) and keep the ``k`` best."""
+    vectors = index.reconstruct_batch(allowed)
+    scan = faiss.IndexFlatIP(int(matrix.shape[1]))
+    scan.add(vectors)
+    scores, positions = scan.search(matrix, min(k, len(allowed)))
+    rows = np.where(positions >= 0, allowed[np.maximum(positions, 0)], -1)
+    return scores, rows.astype(np.int64)
+
+
+def _selector_search(
+    index: Any, matrix: np.ndarray, k: int, allowed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """One exact FAISS search restricted to ``allowed`` by a bitmap ``IDSelector``."""
+    mask = np.zeros(int(allowed[-1]) + 1, dtype=bool)
+    mask[allowed] = True
+    bits = np.packbits(mask, bitorder="little")
+    selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+    want = min(k, len(allowed))
+    params = faiss.SearchParameters()
+    params.sel = selector
+    scores, rows = index.search(matrix, want, params=params)
+    return scores, rows, int((rows[0] >= 0).sum()) < want
 
 
 # Reading the files back (every value checked) -------------------------------------

