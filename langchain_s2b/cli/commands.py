@@ -40,7 +40,14 @@ from pydantic import ValidationError
 from langchain_s2b import __version__, evaluation
 from langchain_s2b.cli import display, indexer
 from langchain_s2b.cli.errors import UserError, one_line, safe, safe_json
-from langchain_s2b.cli.index_dir import Store, open_or_create, open_store, writer_lock
+from langchain_s2b.cli.index_dir import (
+    PARENT_LEVEL,
+    PARENT_LEVELS,
+    Store,
+    open_or_create,
+    open_store,
+    writer_lock,
+)
 from langchain_s2b.cli.loaders import SUFFIXES, absolute, find_files
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, is_manifest_key, source_key_of
@@ -168,6 +175,8 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         options["window_size"] = args.window_size
     if args.max_tokens is not None:
         options["max_tokens"] = args.max_tokens
+    if args.parent_level is not None:
+        options["parent_level"] = args.parent_level
     with _reading(open_store(Path(args.store), _wanted_embedding(args))) as store:
         docs = store.retriever.invoke(args.question, **options)
     if args.json:
@@ -394,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("-k", type=_int(1), default=DEFAULT_K, help=f"results (default {DEFAULT_K})")
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
     query.add_argument("--max-tokens", type=_int(1), metavar="N", help="budget for all results")
+    query.add_argument(
+        "--parent-level",
+        choices=PARENT_LEVELS,
+        help=f"parent: the level a result is (default {PARENT_LEVEL}: about section size)",
+    )
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.add_argument(
         "--max-chars", type=_int(0), default=1200, metavar="N",

@@ -35,6 +35,10 @@ FORMAT = "s2b-cli"
 FORMAT_VERSION = "2"
 INDEX_MODE = "multilevel"
 """The tree the CLI builds: sentences < paragraphs < sections < document."""
+PARENT_LEVELS = ("paragraph", "section", "doc")
+PARENT_LEVEL = "section"
+"""Parent mode returns sections: about the size of the Python API's default parents (~1,200
+tokens), where the tree's nearest parent, a paragraph, is often one line of a real document."""
 OLD_LAYOUT = "s2b-cli.json"
 
 _FILES_TABLE = """
@@ -68,7 +72,10 @@ class Store:
         self.index = SQLiteFaissIndex(self.cache)
         self.docstore = SQLiteDocStore(db)
         self.retriever = SmallToBigRetriever(
-            vectorstore=self.index, docstore=self.docstore, mode=INDEX_MODE
+            vectorstore=self.index,
+            docstore=self.docstore,
+            mode=INDEX_MODE,
+            parent_level=PARENT_LEVEL,
         )
 
     def restore(self) -> None:

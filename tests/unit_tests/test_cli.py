@@ -127,6 +127,17 @@ class TestIndex:
 
 
 class TestQuery:
+    def test_parent_mode_returns_sections_unless_told_another_level(
+        self, store: Path, capsys
+    ) -> None:
+        sections = _query_json(capsys, store, "--mode", "parent", "-k", "2")
+        assert [r["metadata"]["level"] for r in sections["results"]] == ["section", "section"]
+        paragraphs = _query_json(
+            capsys, store, "--mode", "parent", "-k", "2", "--parent-level", "paragraph"
+        )
+        assert [r["metadata"]["level"] for r in paragraphs["results"]] == ["paragraph"] * 2
+        assert [r["metadata"]["start"] for r in paragraphs["results"]] == [11, 190]
+
     @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
     def test_json_results_carry_scores_spans_and_matches(
         self, store: Path, corpus: Path, capsys, mode: str
@@ -134,7 +145,8 @@ class TestQuery:
         result = _query_json(capsys, store, "--mode", mode, "-k", "2")
         assert result["mode"] == mode
         # window: one sentence each side (the default window_size=1)
-        starts = {"parent": [11, 190], "window": [11, 178], "multilevel": [11, 0]}[mode]
+        # parent: sections (the command's default parent level)
+        starts = {"parent": [0, 178], "window": [11, 178], "multilevel": [11, 0]}[mode]
         assert [r["metadata"]["start"] for r in result["results"]] == starts
         top = result["results"][0]
         assert top["source"] == "normans"
@@ -163,9 +175,10 @@ class TestQuery:
         assert code == 0
         header, body = out.splitlines()[:2]
         assert header.startswith("#1  score 0.")
-        start, end = NORMANS.index("The Normans gave"), NORMANS.index("Norman mercenaries")
-        assert header.endswith(f"normans  [parent/paragraph, chars {start}-{end}]")
-        assert "**Their leader Rollo swore fealty to King Charles.**" in body
+        start, end = 0, NORMANS.index("# Language")  # the first section: heading and two paragraphs
+        assert header.endswith(f"normans  [parent/section, chars {start}-{end}]")
+        assert body == "**# Normans**"  # the section's heading, a matched sentence too
+        assert "**Their leader Rollo swore fealty to King Charles.**" in out.splitlines()[3]
         assert "\x1b[" not in out
 
     def test_terminal_output_uses_rich(self, store: Path) -> None:

@@ -130,7 +130,7 @@ class TestErrors:
         store = tmp_path / "s"
         assert main(["index", str(tmp_path / "a.txt"), "--store", str(store)]) == 0
         with sqlite3.connect(store / "s2b.sqlite") as db:
-            gone = db.execute("SELECT key FROM nodes WHERE key LIKE '%/paragraph/0'").fetchone()[0]
+            gone = db.execute("SELECT key FROM nodes WHERE key LIKE '%/section/0'").fetchone()[0]
             db.execute("DELETE FROM nodes WHERE key = ?", (gone,))
         capsys.readouterr()
         code, out, err = _run(capsys, "query", "wombats", "--store", str(store), "-k", "1")
@@ -247,5 +247,6 @@ class TestDefaults:
         store = tmp_path / "s"
         assert main(["index", str(tmp_path / "a.txt"), "--store", str(store)]) == 0
         capsys.readouterr()
-        code, out, _ = _run(capsys, "query", "wombats", "--store", str(store), "--json")
+        argv = ["query", "wombats", "--store", str(store), "--json", "--parent-level", "paragraph"]
+        code, out, _ = _run(capsys, *argv)  # 8 paragraph parents: k (default 4) of them
         assert (code, len(json.loads(out)["results"])) == (0, 4)

@@ -161,7 +161,7 @@ class TestOnDisk:
         store = tmp_path / "s"
         assert main(["index", str(DATA / "articles.jsonl"), "--store", str(store)]) == 0
         memory = SmallToBigRetriever.from_documents(
-            _reference_docs(), HashingEmbeddings(), mode="multilevel"
+            _reference_docs(), HashingEmbeddings(), mode="multilevel", parent_level="section"
         )
         opened = open_store(store)
         opened.restore()
