@@ -49,16 +49,26 @@ from langchain_s2b.cli.index_dir import (
     writer_lock,
 )
 from langchain_s2b.cli.loaders import SUFFIXES, absolute, find_files
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, is_manifest_key, source_key_of
 from langchain_s2b.core.params import MODES
+from langchain_s2b.evaluation.scoring import whitespace_tokens
 from langchain_s2b.retriever import SmallToBigRetriever
 
 EMBEDDING_ENV = "S2B_EMBEDDING"
+TOKEN_COUNTERS: dict[str, TokenCounter] = {
+    "approximate": approximate_tokens,
+    "words": whitespace_tokens,
+}
+"""``--token-counter`` choices: the retriever's default, or whitespace-separated words."""
 EXIT_SKIPPED = 3
 _FIELDS = SmallToBigRetriever.model_fields
 DEFAULT_K = int(_FIELDS["k"].default)
 DEFAULT_MODE = str(_FIELDS["mode"].default)
+DEFAULT_COUNTER = next(
+    name for name, count in TOKEN_COUNTERS.items() if count is _FIELDS["token_counter"].default
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,12 +187,15 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         options["max_tokens"] = args.max_tokens
     if args.parent_level is not None:
         options["parent_level"] = args.parent_level
+    if args.token_counter != DEFAULT_COUNTER:
+        options["token_counter"] = TOKEN_COUNTERS[args.token_counter]
     with _reading(open_store(Path(args.store), _wanted_embedding(args))) as store:
         docs = store.retriever.invoke(args.question, **options)
     if args.json:
         payload = {
             "query": args.question,
             **options,
+            "token_counter": args.token_counter,
             "results": [display.result_json(d, i) for i, d in enumerate(docs, 1)],
         }
         print(safe_json(json.dumps(payload, ensure_ascii=False, indent=2)), file=out)
@@ -327,7 +340,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                 reports.append(
                     evaluation.evaluate(
                         row, questions, name=name, k=args.k, budgets=tuple(args.budgets),
-                        progress=bar.update,
+                        token_counter=TOKEN_COUNTERS[args.token_counter], progress=bar.update,
                     )
                 )  # fmt: skip
         finally:
@@ -403,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("-k", type=_int(1), default=DEFAULT_K, help=f"results (default {DEFAULT_K})")
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
     query.add_argument("--max-tokens", type=_int(1), metavar="N", help="budget for all results")
+    _token_counter_option(query)
     query.add_argument(
         "--parent-level",
         choices=PARENT_LEVELS,
@@ -429,7 +443,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=_int(1), metavar="N", help="only the first N questions")
     ev.add_argument("--budgets", type=_budgets, default=list(evaluation.BUDGETS))
     ev.add_argument("--json", action="store_true", help="machine-readable output")
+    _token_counter_option(ev)
     return parser
+
+
+def _token_counter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token-counter",
+        choices=sorted(TOKEN_COUNTERS),
+        default=DEFAULT_COUNTER,
+        help="how budgets count tokens: LangChain's count_tokens_approximately "
+        f"('{DEFAULT_COUNTER}', the Python default) or whitespace-separated words",
+    )
 
 
 COMMANDS = {

@@ -14,7 +14,9 @@ import pytest
 
 from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli.commands import main
+from langchain_s2b.cli.index_dir import open_store
 from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.evaluation.scoring import whitespace_tokens
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 NORMANS = """# Normans
@@ -127,6 +129,19 @@ class TestIndex:
 
 
 class TestQuery:
+    def test_token_counter_words_counts_the_budget_in_words(self, store: Path, capsys) -> None:
+        argv = ("--mode", "window", "--max-tokens", "12", "--token-counter", "words")
+        got = _query_json(capsys, store, *argv)["results"]
+        opened = open_store(store)
+        opened.restore()
+        want = opened.retriever.invoke(
+            QUERY, mode="window", max_tokens=12, token_counter=whitespace_tokens
+        )
+        assert [r["text"] for r in got] == [d.page_content for d in want]
+        assert sum(whitespace_tokens(r["text"]) for r in got) <= 12
+        by_chars = _query_json(capsys, store, "--mode", "window", "--max-tokens", "12")["results"]
+        assert [r["text"] for r in by_chars] != [r["text"] for r in got]
+
     def test_parent_mode_returns_sections_unless_told_another_level(
         self, store: Path, capsys
     ) -> None:
