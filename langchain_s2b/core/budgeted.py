@@ -34,7 +34,7 @@ from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import parent_index
-from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, SearchText, ask
+from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, SearchText, Vector, ask
 
 Fetched = Mapping[str, Document | None]
 
@@ -63,10 +63,16 @@ class Shape:
         return cls(params.mode)
 
 
-def retrieve_within(query: str, params: QueryParams, budget: int) -> Op[list[Document]]:
-    """Search until the best hits fill ``budget``, fetch their neighbourhoods once, allocate."""
+def retrieve_within(
+    query: str, params: QueryParams, budget: int, vector: Vector | None = None
+) -> Op[list[Document]]:
+    """Search until the best hits fill ``budget``, fetch their neighbourhoods once, allocate.
+
+    ``vector``: the query's vector when the caller has embedded it already.
+    """
     counter = params.token_counter
-    vector = yield from ask(EmbedQuery(query))
+    if vector is None:
+        vector = yield from ask(EmbedQuery(query))
     fetch = max(params.fetch_k, params.k, TOP_N if params.hybrid else 0)
     while True:
         found, exhausted = yield from ask(Search(vector, query, fetch, params.filter))

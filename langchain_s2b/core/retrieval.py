@@ -23,7 +23,7 @@ from langchain_s2b.core.budgeted import retrieve_within
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
-from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, ask
+from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, Vector, ask
 from langchain_s2b.core.window import assemble_windows, plan_windows
 
 logger = logging.getLogger("langchain_s2b")
@@ -89,19 +89,21 @@ def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Docume
     """The mode's ``k`` results, or, told a budget, the budget filled."""
     if params.max_tokens is not None:
         return (yield from retrieve_within(query, params, params.max_tokens))
-    docs = yield from retrieve_k(query, params, on_missing)
+    vector = yield from ask(EmbedQuery(query))
+    docs = yield from retrieve_k(query, params, on_missing, vector)
     if params.mode == "multilevel":
         tokens = sum(params.token_counter(doc.page_content) for doc in docs)
         if tokens > MULTILEVEL_BUDGET:  # k contexts asked for: the best k runs of the budget
-            filled = yield from retrieve_within(query, params, MULTILEVEL_BUDGET)
+            filled = yield from retrieve_within(query, params, MULTILEVEL_BUDGET, vector)
             return filled[: params.k]
     return docs
 
 
-def retrieve_k(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
+def retrieve_k(
+    query: str, params: QueryParams, on_missing: str, vector: Vector
+) -> Op[list[Document]]:
     """Search, doubling ``fetch`` until ``k`` results exist; then one batched fetch."""
     plan = PLANS[params.mode]
-    vector = yield from ask(EmbedQuery(query))
     fetch = max(params.fetch_k, params.k)
     while True:
         hits, exhausted = yield from ask(Search(vector, query, fetch, params.filter))

@@ -8,6 +8,7 @@ from uuid import UUID
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.budget import MULTILEVEL_BUDGET, estimate_tokens
@@ -213,3 +214,26 @@ def test_evidence_margin_and_ratio() -> None:
     assert ratio_level(ev, 0.4) == 0  # 2 of p0's 4 children hit; 1 of s0's 4 paragraphs
     assert ratio_level(ev, 0.5) == -1
     assert ratio_level(ev, 0.2) == 1
+
+
+def test_the_default_budget_reuses_the_query_vector() -> None:
+    """Contexts over the default budget are refilled without embedding the query again."""
+
+    class Counting(DeterministicFakeEmbedding):
+        calls: int = 0
+
+        def embed_query(self, text: str) -> list[float]:
+            object.__setattr__(self, "calls", self.calls + 1)
+            return super().embed_query(text)
+
+    sentences = " ".join(f"Sentence {i} about wombats and more words here." for i in range(40))
+    text = "\n\n".join(f"# S{j}\n\n{sentences}" for j in range(6))
+    embedding = Counting(size=16)
+    retriever = SmallToBigRetriever.from_documents(
+        [Document(text, id="d")], embedding, mode="multilevel", k=3
+    )
+    embedding.calls = 0
+    docs = retriever.invoke("wombats")
+    # the k best runs of the 1,024-token fill (the sections alone would be 6 x ~470 tokens)
+    assert [len(docs), sum(estimate_tokens(d.page_content) for d in docs)] == [3, 391]
+    assert embedding.calls == 1
