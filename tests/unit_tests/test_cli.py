@@ -16,6 +16,7 @@ from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import open_store
 from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.evaluation import evaluate, load_questions
 from langchain_s2b.evaluation.scoring import whitespace_tokens
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
@@ -242,7 +243,11 @@ class TestEval:
         code, out, _ = _run(capsys, *argv, "--json", "--modes", "window")
         data = json.loads(out)
         assert [r["name"] for r in data] == ["sentences (plain chunks)", "window"]
-        assert 0.0 <= data[1]["hit_rate"] <= 1.0
+        opened = open_store(store)
+        opened.restore()
+        window = opened.retriever.model_copy(update={"mode": "window"})
+        want = evaluate(window, load_questions(questions), k=4, budgets=(256,))
+        assert data[1]["hit_rate"] == want.hit_rate == 0.125  # 1 of the 8 (the fake embedding)
 
 
 class TestUserErrors:
