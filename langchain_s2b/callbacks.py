@@ -77,6 +77,8 @@ def first_error(outcomes: Sequence[Outcome], return_exceptions: bool) -> list[An
 
 def emit(run: Any, docs: list[Document]) -> None:
     """Report what a run resolved to as a custom event (only when someone listens)."""
+    if not run.inheritable_handlers:
+        return
     child = run.get_child()
     if child.handlers:
         dispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": child})
@@ -84,6 +86,8 @@ def emit(run: Any, docs: list[Document]) -> None:
 
 async def aemit(run: Any, docs: list[Document]) -> None:
     """Async :func:`emit`."""
+    if not run.inheritable_handlers:
+        return
     child = run.get_child()
     if child.handlers:
         await adispatch_custom_event(RESOLUTION_EVENT, summary(docs), config={"callbacks": child})

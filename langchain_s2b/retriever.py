@@ -8,6 +8,7 @@ method, which differ only in calling the runner's ``drive`` or ``adrive``.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,9 @@ _NOT_SAVED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
     | {"callbacks", "token_counter"}
 )
+
+
+_DEFAULT_FIELDS = tuple(sorted(OVERRIDABLE - {"filter"}))
 
 
 class SmallToBigRetriever(BaseRetriever):
@@ -146,6 +150,7 @@ class SmallToBigRetriever(BaseRetriever):
 
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _io: Runner = PrivateAttr()
+    _defaults: tuple[tuple[Any, ...], QueryParams] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         unknown = sorted(set(data) - set(type(self).model_fields))
@@ -200,9 +205,22 @@ class SmallToBigRetriever(BaseRetriever):
         return retriever
 
     def defaults(self) -> QueryParams:
-        """The constructor's retrieval options, before per-call overrides."""
-        fields = {name: getattr(self, name) for name in OVERRIDABLE if name != "filter"}
-        return with_overrides(QueryParams(**fields), self.search_kwargs)
+        """The constructor's retrieval options, before per-call overrides.
+
+        Built and checked once, then kept while the fields it reads stay equal
+        (an assignment or ``model_copy(update=...)`` builds it again).
+        """
+        values = (*(getattr(self, name) for name in _DEFAULT_FIELDS), self.search_kwargs)
+        kept = self._defaults
+        if kept is not None and kept[0] == values:
+            return kept[1]
+        fields = dict(zip(_DEFAULT_FIELDS, values, strict=False))
+        params = with_overrides(QueryParams(**fields), self.search_kwargs)
+        try:  # a copy, so that a search_kwargs changed in place is seen
+            self._defaults = ((*values[:-1], copy.deepcopy(self.search_kwargs)), params)
+        except (TypeError, copy.Error):
+            self._defaults = None
+        return params
 
     # Ingestion and deletion ----------------------------------------------------
 
@@ -264,7 +282,8 @@ class SmallToBigRetriever(BaseRetriever):
         return docs
 
     def _params(self, overrides: dict[str, Any]) -> QueryParams:
-        return with_overrides(self.defaults(), overrides)
+        defaults = self.defaults()
+        return with_overrides(defaults, overrides) if overrides else defaults
 
     def as_tool(
         self,

@@ -20,7 +20,7 @@ allocator counts real tokens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import cast
 
 from langchain_core.documents import Document
@@ -112,7 +112,7 @@ def fused(hits: Sequence[Hit], query: str, n: int, flt: object) -> Op[list[Hit]]
         [(key, score) for key, score in lexical if key in by_key],
         LEXICAL_WEIGHT,
     )
-    return [replace(by_key[key], score=score) for key, score in ranked]
+    return [by_key[key]._replace(score=score) for key, score in ranked]
 
 
 def seed_hits(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
 
@@ -14,9 +14,12 @@ from langchain_s2b.core.tree import user_metadata
 LEAF_FIELDS = ("source_id", "source_key", "level", "split_id", "start", "end")
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One matched leaf: where it sits and how well it matched."""
+class Hit(NamedTuple):
+    """One matched leaf: where it sits and how well it matched.
+
+    A named tuple, not a dataclass: a query builds one per FAISS row, and a
+    tuple is built ~4x faster than a frozen dataclass while staying immutable.
+    """
 
     key: str
     source_key: str
@@ -29,7 +32,7 @@ class Hit:
     text: str
     parent_key: str | None = None
     ancestors: tuple[tuple[str, int, int, int], ...] = ()
-    """``(key, start, end, n_children)`` of each enclosing node, nearest first."""
+    # ``(key, start, end, n_children)`` of each enclosing node, nearest first.
     n_splits: int | None = None
 
     def match(self) -> dict[str, Any]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from langchain_core.documents import Document
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Chunk(NamedTuple):
     """A piece of source text with its offsets: ``source[start:end] == text``."""
 
     start: int
@@ -18,8 +17,7 @@ class Chunk:
     split_id: int = 0
 
 
-@dataclass(frozen=True)
-class Merged:
+class Merged(NamedTuple):
     """Chunks merged by offsets; ``gaps`` are char ranges no chunk covered."""
 
     text: str

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, result_metadata
-from langchain_s2b.core.keys import level_prefix, split_id_of
-from langchain_s2b.core.merge import Chunk, chunk_of, merge_chunks
+from langchain_s2b.core.keys import level_prefix
+from langchain_s2b.core.merge import Chunk, merge_chunks
 
 
 def plan_windows(
@@ -31,9 +32,12 @@ def plan_windows(
     full window (windows may overlap) and holds only its own match.
     """
     windows: list[Group] = []
+    spans: dict[str, list[tuple[int, int, Group]]] = {}  # per source: (lo, hi, window)
     for hit in dedupe_hits(hits):
+        split = hit.split_id
+        mine = spans.setdefault(hit.source_key, []) if coalesce else []
         if coalesce:
-            home = next((w for w in windows if _inside(w, hit)), None)
+            home = next((w for lo, hi, w in mine if lo <= split <= hi), None)
             if home is not None:
                 home.hits.append(hit)
                 continue
@@ -41,22 +45,17 @@ def plan_windows(
             if coalesce:
                 continue
             break
-        last = hit.n_splits - 1 if hit.n_splits is not None else hit.split_id + after
-        lo, hi = max(0, hit.split_id - before), min(last, hit.split_id + after)
-        for other in windows if coalesce else ():
-            if other.source_key != hit.source_key:
-                continue
-            if other.extra["hi"] < hit.split_id:
-                lo = max(lo, other.extra["hi"] + 1)
+        last = hit.n_splits - 1 if hit.n_splits is not None else split + after
+        lo, hi = max(0, split - before), min(last, split + after)
+        for other_lo, other_hi, _ in mine:
+            if other_hi < split:
+                lo = max(lo, other_hi + 1)
             else:
-                hi = min(hi, other.extra["lo"] - 1)
-        windows.append(_window_group(hit, lo, hi))
+                hi = min(hi, other_lo - 1)
+        window = _window_group(hit, lo, hi)
+        mine.append((lo, hi, window))
+        windows.append(window)
     return windows
-
-
-def _inside(window: Group, hit: Hit) -> bool:
-    extra = window.extra
-    return window.source_key == hit.source_key and extra["lo"] <= hit.split_id <= extra["hi"]
 
 
 def _window_group(hit: Hit, lo: int, hi: int) -> Group:
@@ -76,28 +75,29 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
     index and the docstore disagree, and the index's copy of the text is never
     served in place of the store's.
     """
-    by_split = {hit.split_id: hit for hit in group.hits}
+    matched = {hit.split_id for hit in group.hits}
     runs: list[list[Chunk]] = [[]]
     missing: list[int] = []
-    for key in group.keys:
-        split = split_id_of(key)
+    base: dict[str, Any] | None = None
+    for split, key in enumerate(group.keys, start=group.extra["lo"]):
         doc = fetched.get(key)
-        if doc is None and split in by_split:
-            msg = (
-                f"Child {key!r} is in the child index but not in the docstore; "
-                "run retriever.verify(repair=True) or pass on_missing='skip'."
-            )
-            raise MissingNodeError(msg)
         if doc is None:
+            if split in matched:
+                msg = (
+                    f"Child {key!r} is in the child index but not in the docstore; "
+                    "run retriever.verify(repair=True) or pass on_missing='skip'."
+                )
+                raise MissingNodeError(msg)
             missing.append(split)
             runs.append([])
-        else:
-            runs[-1].append(chunk_of(doc))
-    present = [fetched[key] for key in group.keys if fetched.get(key) is not None]
-    base = present[0].metadata if present and present[0] is not None else {}
+            continue
+        meta = doc.metadata
+        if base is None:
+            base = meta
+        runs[-1].append(Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split))
     out = []
     for run in runs:
-        splits = {c.split_id for c in run}
+        splits = [c.split_id for c in run]
         hits = [h for h in group.hits if h.split_id in splits]
         if not hits:
             continue
@@ -105,7 +105,7 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
         part = Group(
             group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end
         )
-        meta = result_metadata(part, "window", base)
-        meta.update(split_ids=sorted(splits), missing_split_ids=missing, gaps=list(merged.gaps))
+        meta = result_metadata(part, "window", base or {})
+        meta.update(split_ids=splits, missing_split_ids=missing, gaps=list(merged.gaps))
         out.append(Document(page_content=merged.text, metadata=meta))
     return out
