@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
@@ -36,7 +37,7 @@ class Hit(NamedTuple):
     n_splits: int | None = None
 
     def match(self) -> dict[str, Any]:
-        """The citation record of this hit."""
+        """The citation record of this hit (the entries of a result's ``matches``)."""
         return {
             "key": self.key,
             "split_id": self.split_id,
@@ -95,7 +96,10 @@ def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
     for hit in hits:
         if hit.key not in best or hit.score > best[hit.key].score:
             best[hit.key] = hit
-    return sorted(best.values(), key=lambda h: (-h.score, h.source_key, h.split_id))
+    out = list(best.values())
+    if all(a.score > b.score for a, b in pairwise(out)):
+        return out  # already best first, no ties to order (a search's usual answer)
+    return sorted(out, key=lambda h: (-h.score, h.source_key, h.split_id))
 
 
 @dataclass
@@ -125,20 +129,21 @@ def rank(groups: Sequence[Group]) -> list[Group]:
 
 def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata every returned document carries (the node's own user metadata too)."""
-    hits = sorted(group.hits, key=lambda h: h.start)
-    meta = user_metadata(dict(base))
-    meta.update(
-        score=group.score,
-        mode=mode,
-        source_id=group.source_id,
-        start=group.start,
-        end=group.end,
-        level=group.level,
-        matches=[h.match() for h in hits],
-    )
+    meta = user_metadata(base)
+    meta["score"] = group.score
+    meta["mode"] = mode
+    meta["source_id"] = group.source_id
+    meta["start"] = group.start
+    meta["end"] = group.end
+    meta["level"] = group.level
+    meta["matches"] = [hit.match() for hit in sorted(group.hits, key=_start)]
     if group.escalation:
         meta["escalation"] = group.escalation
     return meta
+
+
+def _start(hit: Hit) -> int:
+    return hit.start
 
 
 class MissingNodeError(LookupError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -352,7 +352,7 @@ def check_levels(levels: Sequence[Level]) -> list[Level]:
     return list(levels)
 
 
-def user_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+def user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """A node's metadata without the fields ingestion added."""
     return {k: v for k, v in metadata.items() if k not in NODE_FIELDS}
 

@@ -396,25 +396,12 @@ def _faiss_hits(
     rows_list = rows.tolist()
     filled = len(rows_list) - rows_list.count(-1)
     if flt is None:
-        hits = []
-        for score, t in zip(scores.tolist(), index.parsed(rows_list, _hit_template), strict=True):
-            if t is not None:
-                hits.append(
-                    Hit(
-                        t.key,
-                        t.source_key,
-                        t.source_id,
-                        t.level,
-                        t.split_id,
-                        t.start,
-                        t.end,
-                        score,
-                        t.text,
-                        t.parent_key,
-                        t.ancestors,
-                        t.n_splits,
-                    )
-                )
+        templates = index.parsed(rows_list, _hit_template)
+        hits = [
+            Hit._make((*t[0], score, *t[1]))
+            for score, t in zip(scores.tolist(), templates, strict=True)
+            if t is not None
+        ]
         return hits, filled < depth
     hits = []
     for score, found in zip(scores.tolist(), index.records(rows_list), strict=True):
@@ -423,9 +410,15 @@ def _faiss_hits(
     return hits, filled < depth
 
 
-def _hit_template(key: str, text: str, meta: dict[str, Any]) -> Hit:
-    """A row's hit with score 0 (read from its metadata once per row, then cached)."""
-    return hit_from_metadata(meta, text, 0.0, key)
+def _hit_template(
+    key: str, text: str, meta: dict[str, Any]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A row's hit without its score: the fields before and after it (read once per row)."""
+    hit = hit_from_metadata(meta, text, 0.0, key)
+    return hit[:SCORE], hit[SCORE + 1 :]
+
+
+SCORE = Hit._fields.index("score")
 
 
 def settle(hits: list[Hit], fetch: int) -> Found:
