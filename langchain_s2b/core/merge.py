@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import NamedTuple
 
 from langchain_core.documents import Document
@@ -38,9 +39,9 @@ def merge_chunks(chunks: Sequence[Chunk], gap_fill: str = " ") -> Merged:
     if not chunks:
         msg = "merge_chunks needs at least one chunk."
         raise ValueError(msg)
-    ordered = sorted(
-        [c for c in chunks if c.end > c.start] or chunks[:1], key=lambda c: (c.start, -c.end)
-    )
+    ordered = [c for c in chunks if c.end > c.start] or list(chunks[:1])
+    if any(a.start > b.start for a, b in pairwise(ordered)):  # neighbours come in order
+        ordered.sort(key=lambda c: (c.start, -c.end))
     cursor = ordered[0].start
     parts: list[str] = []
     gaps: list[tuple[int, int]] = []
