@@ -139,11 +139,17 @@ def tree_digest(source: Source, tree: Tree) -> str:
     return h.hexdigest()
 
 
-def manifest_document(source: Source, tree: Tree, generation: int = 0) -> Document:
-    """The manifest: enough to enumerate every key the source produced."""
+def manifest_document(
+    source: Source, tree: Tree, generation: int = 0, junk: list[int] | None = None
+) -> Document:
+    """The manifest: enough to enumerate every key the source produced.
+
+    ``junk``: the split ids of the leaves not embedded, when the caller knows them.
+    """
     counts = {level: len(nodes) for level, nodes in tree.nodes.items()}
-    text = source.doc.page_content
-    junk = [n.split_id for n in tree.leaves if is_junk(text[n.start : n.end])]
+    if junk is None:
+        text = source.doc.page_content
+        junk = [n.split_id for n in tree.leaves if is_junk(text[n.start : n.end])]
     meta: dict[str, object] = {
         "version": MANIFEST_VERSION,
         "source_id": source.source_id,
@@ -218,6 +224,7 @@ def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Pre
     leaf_level = tree.levels[0]
     nodes: list[tuple[str, Document]] = []
     leaves: list[Document] = []
+    junk: list[int] = []
     for level in tree.levels:
         is_leaf = level == leaf_level
         ancestries: dict[int, list[list[str | int]]] = {}
@@ -243,9 +250,13 @@ def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Pre
                 meta["source_splits"] = n_leaves
             doc = Document(page_content=text[start : node.end], metadata=meta, id=key)
             nodes.append((key, doc))
-            if is_leaf and not is_junk(doc.page_content):
-                leaves.append(doc)
-    return Prepared(source, leaves, nodes, manifest_document(source, tree, generation))
+            if is_leaf:
+                if is_junk(doc.page_content):
+                    junk.append(node.split_id)
+                else:
+                    leaves.append(doc)
+    manifest = manifest_document(source, tree, generation, junk)
+    return Prepared(source, leaves, nodes, manifest)
 
 
 def is_empty(source: Source) -> bool:

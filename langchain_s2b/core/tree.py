@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from langchain_text_splitters import TextSplitter
 
@@ -64,9 +64,8 @@ class Level:
             raise ValueError(msg)
 
 
-@dataclass(frozen=True)
-class Node:
-    """One span of a source text at one level."""
+class Node(NamedTuple):
+    """One span of a source text at one level (a named tuple: ingest builds one per span)."""
 
     source_key: str
     level: str
@@ -75,9 +74,9 @@ class Node:
     end: int
     parent_key: str | None
     ancestors: tuple[tuple[str, int, int, int], ...] = ()
-    """``(key, start, end, n_children)`` of every enclosing node, nearest first."""
+    # ``(key, start, end, n_children)`` of every enclosing node, nearest first.
     children: tuple[int, int] | None = None
-    """``[first, last)`` split ids of this node's children, if it has any."""
+    # ``[first, last)`` split ids of this node's children, if it has any.
 
     @property
     def key(self) -> str:
@@ -310,21 +309,23 @@ def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
         nodes: list[Node] = []
         for p_index, parent in enumerate(parents):
             first = len(nodes)
-            spans = split_spans(level.splitter, text[parent.start : parent.end])
-            ancestry = ((parent.key, parent.start, parent.end, len(spans)), *parent.ancestors)
+            offset, parent_key = parent.start, parent.key
+            spans = split_spans(level.splitter, text[offset : parent.end])
+            ancestry = ((parent_key, offset, parent.end, len(spans)), *parent.ancestors)
+            name = level.name
             for start, end in spans:
                 nodes.append(
                     Node(
                         source_key,
-                        level.name,
+                        name,
                         len(nodes),
-                        parent.start + start,
-                        parent.start + end,
-                        parent.key,
+                        offset + start,
+                        offset + end,
+                        parent_key,
                         ancestry,
                     )
                 )
-            parents[p_index] = replace(parent, children=(first, len(nodes)))
+            parents[p_index] = parent._replace(children=(first, len(nodes)))
         tree.nodes[parents[0].level] = parents
         tree.nodes[level.name] = nodes
         parents = nodes

@@ -150,7 +150,7 @@ def _new_index(path: Path | None = None) -> Any:
     tantivy = _tantivy()
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(_KEY, stored=True, tokenizer_name="raw")
-    builder.add_text_field(_TEXT, stored=True)
+    builder.add_text_field(_TEXT, stored=True, index_option="freq")  # BM25 needs no positions
     schema = builder.build()
     return tantivy.Index(schema) if path is None else tantivy.Index(schema, path=str(path))
 
