@@ -36,11 +36,10 @@ def plan_windows(
     for hit in dedupe_hits(hits):
         split = hit.split_id
         mine = spans.setdefault(hit.source_key, []) if coalesce else []
-        if coalesce:
-            home = next((w for lo, hi, w in mine if lo <= split <= hi), None)
-            if home is not None:
-                home.hits.append(hit)
-                continue
+        home = _home(mine, split)
+        if home is not None:
+            home.hits.append(hit)
+            continue
         if limit is not None and len(windows) >= limit:
             if coalesce:
                 continue
@@ -56,6 +55,14 @@ def plan_windows(
         mine.append((lo, hi, window))
         windows.append(window)
     return windows
+
+
+def _home(windows: list[tuple[int, int, Group]], split: int) -> Group | None:
+    """The window of one source that holds ``split``, if any."""
+    for lo, hi, window in windows:
+        if lo <= split <= hi:
+            return window
+    return None
 
 
 def _window_group(hit: Hit, lo: int, hi: int) -> Group:
