@@ -20,13 +20,13 @@ live vectors only. NSG can not add after its first build and is refused.
 A metadata filter is applied before the search, not after it: the index
 keeps the rows of each source (the ``source_key`` of the leaf metadata; the
 leaves of one source share its metadata), a filter on source fields is
-evaluated once per source, and the matching rows are searched once: scored
-exactly when they are few, else through a FAISS ``IDSelector``. This is done
-for the exact (``Flat``) index only, whose answer it does not change. On an
-approximate index a pre-filter finds other children than the post-filter the
-reference tests pin down (FAISS returns a different candidate set), so IVF,
-HNSW and PQ indexes, callable filters and filters on per-leaf fields such as
-``start`` are filtered after the search by the caller.
+evaluated once per source, and the matching rows are searched once, on every
+index type: scored exactly against the vectors the index holds when they are
+few, else through a FAISS ``IDSelector`` with the index's own ``nprobe`` or
+``efSearch`` (see :meth:`FaissIndex.search_among`). A filter that matches no
+row returns at once. Callable filters, filters on per-leaf fields such as
+``start``, and the cases ``search_among`` declines are filtered after the
+search by the caller, searching deeper as needed.
 """
 
 from __future__ import annotations
@@ -470,25 +470,27 @@ class FaissIndex(VectorStore):
     ) -> tuple[np.ndarray, np.ndarray, bool] | None:
         """The ``k`` best of the ``allowed`` rows for one query: ``(scores, rows, all_seen)``.
 
-        One search: an exact scan of the allowed rows when they are few, else
-        FAISS with an ``IDSelector`` (a graph index searches wider until it
-        finds ``k`` or has looked at every vector). ``all_seen``: fewer than
-        ``k`` came back because no more allowed rows can be reached. ``None``
-        unless the index is exact (``Flat``; see the module docstring).
+        One search. Up to ``_EXACT_SUBSET`` allowed rows are scored exactly
+        against the vectors the index holds (decoded, for compressed codes such
+        as PQ), whatever the index type. More go through FAISS with an
+        ``IDSelector`` and the index's own search parameters (``nprobe``,
+        ``efSearch``): exact on ``Flat``; on IVF, approximate in the way its
+        unfiltered search is (only the probed lists); on HNSW, ``None`` when the
+        graph search found fewer than ``k``. ``all_seen``: no more allowed rows
+        can be reached. ``None``: the caller filters after the search instead
+        (an index type FAISS can not select on, such as PQ, with many rows).
         """
         matrix = normalise(np.asarray(query, dtype=np.float32).reshape(1, -1))
         with self._lock:
-            if self._index is None or not isinstance(
-                faiss.downcast_index(self._index.index), faiss.IndexFlat
-            ):
-                return None
-            self._ensure_index(matrix.shape[1])
             index = self._active()
-            if index.ntotal == 0 or len(allowed) == 0:
+            if index is None or index.ntotal == 0 or len(allowed) == 0:
                 empty = np.empty((1, 0))
                 return empty.astype(np.float32), empty.astype(np.int64), True
+            self._ensure_index(matrix.shape[1])
             if len(allowed) <= _EXACT_SUBSET:
-                return (*_exact_among(index, matrix, k, allowed), True)
+                vectors = _stored_vectors(index, allowed)
+                if vectors is not None:
+                    return (*_exact_among(vectors, matrix, k, allowed), True)
             return _selector_search(index, matrix, k, allowed)
 
     def similarity_search_with_score_by_vector(
@@ -638,11 +640,23 @@ def _per_leaf(flt: Any) -> bool:
     return True
 
 
+def _stored_vectors(index: Any, rows: np.ndarray) -> np.ndarray | None:
+    """The vectors ``index`` holds for ``rows`` (IVF: after making its direct map), or ``None``."""
+    try:
+        return np.asarray(index.reconstruct_batch(rows), dtype=np.float32)
+    except RuntimeError:
+        pass
+    try:  # an IVF index gives vectors back once it maps ids to their lists
+        faiss.extract_index_ivf(index).make_direct_map()
+        return np.asarray(index.reconstruct_batch(rows), dtype=np.float32)
+    except RuntimeError:
+        return None
+
+
 def _exact_among(
-    index: Any, matrix: np.ndarray, k: int, allowed: np.ndarray
+    vectors: np.ndarray, matrix: np.ndarray, k: int, allowed: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Score the allowed rows exactly (FAISS's own inner product) and keep the ``k`` best."""
-    vectors = index.reconstruct_batch(allowed)
+    """Score the allowed rows' vectors exactly (FAISS's own inner product); keep the ``k`` best."""
     scan = faiss.IndexFlatIP(int(matrix.shape[1]))
     scan.add(vectors)
     scores, positions = scan.search(matrix, min(k, len(allowed)))
@@ -652,17 +666,36 @@ def _exact_among(
 
 def _selector_search(
     index: Any, matrix: np.ndarray, k: int, allowed: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    """One exact FAISS search restricted to ``allowed`` by a bitmap ``IDSelector``."""
+) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """One FAISS search restricted to ``allowed`` by a bitmap ``IDSelector``, or ``None``.
+
+    The index's own ``nprobe``/``efSearch`` are copied into the search
+    parameters (FAISS would otherwise use its defaults, 1 and 16). ``None`` for
+    an index type that takes no selector, and for HNSW when the graph search
+    found fewer than ``k`` allowed rows (that is not proof that no more exist).
+    """
+    inner = faiss.downcast_index(index.index)
+    params: Any
+    if isinstance(inner, faiss.IndexFlat):
+        params = faiss.SearchParameters()
+    elif isinstance(inner, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not in its stubs
+        params.efSearch = max(int(inner.hnsw.efSearch), k)
+    elif isinstance(inner, faiss.IndexIVF):
+        params = faiss.SearchParametersIVF()
+        params.nprobe = int(inner.nprobe)
+    else:
+        return None
     mask = np.zeros(int(allowed[-1]) + 1, dtype=bool)
     mask[allowed] = True
     bits = np.packbits(mask, bitorder="little")
-    selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+    params.sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
     want = min(k, len(allowed))
-    params = faiss.SearchParameters()
-    params.sel = selector
     scores, rows = index.search(matrix, want, params=params)
-    return scores, rows, int((rows[0] >= 0).sum()) < want
+    filled = int((rows[0] >= 0).sum())
+    if filled < want and isinstance(inner, faiss.IndexHNSW):
+        return None
+    return scores, rows, filled < want
 
 
 # Reading the files back (every value checked) -------------------------------------

@@ -281,6 +281,7 @@ def run(case: Case) -> None:
     flt, keep = FILTERS[case.filter_no]
 
     raw: dict[int, list[list[tuple[str, float]]]] = defaultdict(list)
+    prefiltered = case.index not in EXACT and flt is not None
     if case.index not in EXACT:
         record_searches(retriever, store, raw)
 
@@ -301,6 +302,12 @@ def run(case: Case) -> None:
 
         def oracle(fetch: int) -> list[ref.Hit]:
             return every
+    elif prefiltered:  # FaissIndex filters before the search: the matching children scored
+        vector = TopicEmbedding().embed_query(case.query)
+        matching = hits_of(stored_scores(store, vector))
+
+        def oracle(fetch: int) -> list[ref.Hit]:
+            return matching
     else:
 
         def oracle(fetch: int) -> list[ref.Hit]:
@@ -333,6 +340,33 @@ def run(case: Case) -> None:
     options = {"filter": flt, **case.opts}
     assert asyncio.run(retriever.ainvoke(case.query, **options)) == want
     assert retriever.batch([case.query, case.query], **options) == [want, want]
+
+
+def stored_scores(store: VectorStore, vector: list[float]) -> list[tuple[str, float]]:
+    """Every child scored by brute force against the vector the index holds for it.
+
+    The scores of an approximate index's own vectors (decoded, for PQ), by
+    FAISS's inner product over all of them: what a filter applied before the
+    search ranks its matching children by (the corpora here are small, so
+    every matching child is scored).
+    """
+    assert isinstance(store, FaissIndex)
+    keys = store.keys()
+    if not keys:
+        return []
+    index = store._active()
+    rows = np.asarray([store._ids[key] for key in keys], dtype=np.int64)
+    try:
+        vectors = index.reconstruct_batch(rows)
+    except RuntimeError:  # IVF: ids mapped to their lists first
+        faiss.extract_index_ivf(index).make_direct_map()
+        vectors = index.reconstruct_batch(rows)
+    query = np.asarray([vector], dtype=np.float32)
+    faiss.normalize_L2(query)
+    scan = faiss.IndexFlatIP(query.shape[1])
+    scan.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    scores, positions = scan.search(query, len(keys))
+    return [(keys[p], float(x)) for x, p in zip(scores[0], positions[0], strict=True) if p >= 0]
 
 
 def record_searches(

@@ -1,7 +1,7 @@
 """The fast paths of issue 14 answer exactly what the plain paths answer.
 
-A filter on source metadata selects FAISS rows before one search (exact
-index); hit fields are read once per row and kept; identical leaf texts are
+A filter on source metadata selects FAISS rows before one search (every index
+type); hit fields are read once per row and kept; identical leaf texts are
 embedded once. Each test compares with a brute-force answer or one worked out
 by hand.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import faiss
 import numpy as np
 import pytest
 from langchain_core.documents import Document
@@ -43,19 +44,42 @@ def _sources(n: int) -> list[Document]:
     return docs
 
 
-def _window(n: int) -> tuple[SmallToBigRetriever, FaissIndex]:
-    index = FaissIndex(BagOfWords())
+KINDS = {  # FAISS factory -> search parameters that make the search exhaustive here
+    "Flat": None,
+    "HNSW32": "efSearch=256",
+    "IVF4,Flat": "nprobe=4",
+}
+
+
+def _window(n: int, kind: str = "Flat") -> tuple[SmallToBigRetriever, FaissIndex]:
+    index = FaissIndex(BagOfWords(), kind, search_params=KINDS[kind], train_size=40)
     retriever = SmallToBigRetriever(vectorstore=index, mode="window")
     retriever.add_documents(_sources(n))
     return retriever, index
 
 
 def _brute_force(index: FaissIndex, query: str, flt: Any) -> list[tuple[str, float]]:
-    """Every child scored by FAISS without a filter, then filtered: (key, score), best first."""
-    vector = np.asarray([index.embedding.embed_query(query)], dtype=np.float32)
-    scores, rows = index.search_rows(vector, len(index))
+    """Every child scored against the vector the index holds for it, then filtered.
+
+    ``(key, score)``, best first; scored by FAISS's inner product over all the
+    stored vectors at once, with no search structure (graph, lists) involved.
+    """
+    keys = index.keys()
+    rows = np.asarray([index._ids[key] for key in keys], dtype=np.int64)
+    stored = index._active()
+    try:
+        vectors = stored.reconstruct_batch(rows)
+    except RuntimeError:  # IVF: ids mapped to their lists first
+        faiss.extract_index_ivf(stored).make_direct_map()
+        vectors = stored.reconstruct_batch(rows)
+    scan = faiss.IndexFlatIP(vectors.shape[1])
+    scan.add(vectors)
+    query_vector = np.asarray([index.embedding.embed_query(query)], dtype=np.float32)
+    faiss.normalize_L2(query_vector)
+    scores, positions = scan.search(query_vector, len(keys))
     out = []
-    for score, found in zip(scores[0].tolist(), index.records(rows[0].tolist()), strict=True):
+    for score, position in zip(scores[0].tolist(), positions[0].tolist(), strict=True):
+        found = index.records([int(rows[position])])[0]
         if found is not None and matches_filter(found[2], flt):
             out.append((found[0], score))
     return out
@@ -87,28 +111,33 @@ FILTERS = [
 ]
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("flt", FILTERS)
 @pytest.mark.parametrize("fetch", [1, 5, 200])
-def test_prefiltered_search_equals_brute_force(flt: dict[str, Any], fetch: int) -> None:
-    _, index = _window(30)
+def test_prefiltered_search_equals_brute_force(flt: dict[str, Any], fetch: int, kind: str) -> None:
+    _, index = _window(30, kind)
     assert index.matching_rows(flt) is not None  # the pre-filter path is the one tested
     for query in ("apple pear", "plum number 7", "kiwi lime date"):
         want = _brute_force(index, query, flt)
         assert _found(index, query, fetch, flt) == _settled(want, fetch)
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_a_filter_matching_nothing_returns_at_once_without_a_search(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    _, index = _window(12)
+    _, index = _window(12, kind)
     calls: list[int] = []
     monkeypatch.setattr(index, "search_rows", lambda *a, **k: calls.append(1))
     assert _found(index, "apple", 5, {"kind": "zzz"}) == ([], True)
     assert calls == []
 
 
-def test_many_matching_rows_use_the_faiss_selector(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, index = _window(30)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_many_matching_rows_use_the_faiss_selector(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    _, index = _window(30, kind)
     monkeypatch.setattr(faiss_index, "_EXACT_SUBSET", 10)  # 40 rows of kind "a": over it
     scans: list[int] = []
     monkeypatch.setattr(faiss_index, "_exact_among", lambda *a: scans.append(1))
@@ -232,3 +261,16 @@ def test_hits_stay_exact_when_the_hit_cache_starts_over(monkeypatch: pytest.Monk
     for _ in range(3):
         assert _found(index, "plum fig", 32, None) == (want, True)
     assert len(index._parsed) <= 3
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_declined_prefilter_falls_back_to_filtering_after_the_search(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """HNSW declines when its graph search finds too few; PQ takes no selector at all."""
+    _, index = _window(30, kind)
+    monkeypatch.setattr(faiss_index, "_EXACT_SUBSET", 10)
+    monkeypatch.setattr(faiss_index, "_selector_search", lambda *a: None)
+    want = _brute_force(index, "fig kiwi", {"kind": "a"})
+    for fetch in (3, 50):
+        assert _found(index, "fig kiwi", fetch, {"kind": "a"}) == _settled(want, fetch)
