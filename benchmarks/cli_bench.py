@@ -243,7 +243,7 @@ def summarise(code: str, runs: dict[str, list[dict[str, Any]]], files: int) -> d
         "s2b_load_s": round(med(s2b, "load_wall"), 3),
         "s2b_model_loads": s2b[0]["loads"],
         "s2b_model_s": round(med(s2b, "model_wall"), 2),
-        "s2b_own_s": round(med(s2b, "wall") - med(s2b, "model_wall"), 2),
+        "s2b_own_s": round(statistics.median(r["wall"] - r["model_wall"] for r in s2b), 2),
         "model_share_in_run": round(statistics.median(r["model_wall"] / r["wall"] for r in s2b), 3),
         "share_with_load": round(
             (med(model, "wall") + med(model, "load_wall"))
