@@ -138,7 +138,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
         print(one_line(f"s2b: skipped {path}: {reason}"), file=sys.stderr)
 
     with writer_lock(directory, wait=not args.no_wait):
-        store = open_or_create(directory, _wanted_embedding(args))
+        store = open_or_create(directory, _wanted_embedding(args), search=False)
         try:
             store.restore()
             done = indexer.run(
@@ -235,7 +235,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b delete PATH... --store DIR``: remove files (or every file under folders)."""
     directory = Path(args.store)
     with writer_lock(directory, wait=not args.no_wait):
-        store = open_store(directory, _wanted_embedding(args))
+        store = open_store(directory, _wanted_embedding(args), search=False)
         try:
             rows = store.files()
             chosen: dict[str, Any] = {}

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from langchain_core.embeddings import Embeddings
+
 from langchain_s2b.cli import models
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.retriever import SmallToBigRetriever
@@ -62,13 +64,34 @@ class FileRow:
 
 
 class Store:
-    """An open index directory: its database, retriever and embedding cache."""
+    """An open index directory: its database, retriever and embedding cache.
 
-    def __init__(self, directory: Path, db: Database, spec: str) -> None:
+    Args:
+        directory: the index directory.
+        db: its open database.
+        spec: the store's embedding (a normalised ``provider:model``).
+        embedding: that model, already made (else it is made here).
+        search: whether this run searches. A writer that never searches
+            (``index``, ``delete``) opens without the in-memory BM25 index,
+            which is not stored: a search run builds it from FAISS when it
+            first needs it, and a writer's copy would only be thrown away
+            (filled with every leaf of the store at its first write).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        db: Database,
+        spec: str,
+        *,
+        embedding: Embeddings | None = None,
+        search: bool = True,
+    ) -> None:
         self.directory = directory
         self.db = db
         self.spec = spec
-        self.cache = CachedEmbeddings(models.make_embedding(spec), db)
+        model = models.make_embedding(spec) if embedding is None else embedding
+        self.cache = CachedEmbeddings(model, db)
         self.index = SQLiteFaissIndex(self.cache)
         self.docstore = SQLiteDocStore(db)
         self.retriever = SmallToBigRetriever(
@@ -76,6 +99,7 @@ class Store:
             docstore=self.docstore,
             mode=INDEX_MODE,
             parent_level=PARENT_LEVEL,
+            hybrid=search,
         )
 
     def restore(self) -> None:
@@ -168,8 +192,18 @@ def read_settings(db: Database, directory: Path) -> dict[str, str]:
     return rows
 
 
-def open_store(directory: Path, wanted: str | None = None) -> Store:
-    """Open an existing index; refuse an embedding other than the one it was built with."""
+def open_store(
+    directory: Path,
+    wanted: str | None = None,
+    *,
+    embedding: Embeddings | None = None,
+    search: bool = True,
+) -> Store:
+    """Open an existing index; refuse an embedding other than the one it was built with.
+
+    ``embedding`` is the store's model when the caller made it already (it is
+    then not made a second time); ``search=False``: see :class:`Store`.
+    """
     _check_directory(directory, creating=False)
     db = _connect(directory)
     settings = read_settings(db, directory)
@@ -181,22 +215,26 @@ def open_store(directory: Path, wanted: str | None = None) -> Store:
             f"{models.parse_spec(wanted)!r}; query it with --embedding {recorded} (or none)"
         )
         raise UserError(msg)
-    return Store(directory, db, models.parse_spec(recorded))
+    return Store(directory, db, models.parse_spec(recorded), embedding=embedding, search=search)
 
 
-def open_or_create(directory: Path, wanted: str | None) -> Store:
-    """Open the index in ``directory``, creating it (call under the writer lock)."""
+def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) -> Store:
+    """Open the index in ``directory``, creating it (call under the writer lock).
+
+    The embedding model is made once (a new store: before anything is
+    written, so that a model that can not start leaves no store behind).
+    """
     if _db_path(directory).exists():
         db = _connect(directory)
         started = db.has_tables()
         db.close()
         if started:
-            return open_store(directory, wanted)
+            return open_store(directory, wanted, search=search)
         # else: a first run died before its first commit; start again (we hold the lock)
     else:
         _check_directory(directory, creating=True)
     spec = models.parse_spec(wanted or models.DEFAULT)
-    models.make_embedding(spec)  # fail before anything is written
+    model = models.make_embedding(spec)  # fail before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     db = _connect(directory)
     with db.write():  # tables and settings in one transaction: a reader sees both or neither
@@ -209,7 +247,7 @@ def open_or_create(directory: Path, wanted: str | None) -> Store:
         ):
             db.set_meta(name, value)
     db.close()
-    return open_store(directory, wanted)
+    return open_store(directory, wanted, embedding=model, search=search)
 
 
 @contextmanager
