@@ -42,7 +42,6 @@ format: install  ## ruff format + autofix
 
 bench: install  ## quick benchmarks (ratios vs a bare FAISS search, targets); FULL=1 for 1M; BASE=dir: another checkout
 	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,) $(if $(BASE),--code $(BASE),)
-	$(BIN)/python benchmarks/cli_bench.py $(if $(BASE),--code $(BASE) --code .,)
 
 demo: install  ## index the bundled Wikipedia articles with the offline model; answer questions
 	$(BIN)/s2b index examples/data/articles.jsonl --store .s2b-demo

@@ -18,6 +18,7 @@ verdict. Sections:
 * model -- the offline model (``LocalE5Embeddings``) alone vs ingesting through the retriever;
 * persist -- ``save``/``load`` of the biggest retriever (``--full``);
 * pgvector -- the same retriever on PostgreSQL + pgvector, when a server is configured;
+* cli -- ``s2b index`` with the offline model vs the model alone (``cli_bench.py``);
 * targets -- every target of issue 14 next to its figure from this run.
 
 ``--code DIR`` measures the ``langchain_s2b`` of another checkout with this same
@@ -414,6 +415,7 @@ def run_ann(
     queries: list[str],
     qvecs: np.ndarray,
     reps: int,
+    filter_queries: list[str] | None = None,
 ) -> None:
     for factory, params in specs:
         ann, seconds = build_ann(corpus.index, factory, params)
@@ -435,6 +437,8 @@ def run_ann(
             recall_at_10=recall,
             **got,
         )
+        if filter_queries:
+            run_filters(corpus, filter_queries, reps, retriever, label)
         del ann, retriever
         gc.collect()
 
@@ -630,19 +634,27 @@ def run_persist(corpus: Corpus, queries: list[str], workdir: Path) -> None:
     subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
-def run_filters(corpus: Corpus, queries: list[str], reps: int) -> None:
+def run_filters(
+    corpus: Corpus,
+    queries: list[str],
+    reps: int,
+    retriever: SmallToBigRetriever | None = None,
+    label: str = "Flat",
+) -> None:
     """A filter matching one source, and one matching none, vs the same query unfiltered.
 
     Interleaved query by query, CPU time of the calling thread, FAISS
     single-threaded (as in ``overhead``); ``searches``: FAISS index searches per
-    filtered query (0: the matching rows were scored directly).
+    filtered query (0: the matching rows were scored directly). ``retriever``:
+    the corpus's children in another index (``label``), else the corpus's own.
     """
     last = corpus.docs - 1
     seeds = corpus.synth.seed_articles
     title = seeds[last]["title"] if last < len(seeds) else f"syn {last}"
     filters = {"one source": {"title": title}, "no source": {"title": "no such title"}}
-    retriever = corpus.retriever
-    index = corpus.index
+    retriever = retriever or corpus.retriever
+    index = retriever.vectorstore
+    assert isinstance(index, FaissIndex)
     raw = index._index
     timed = TimedIndex(raw)
     threads = faiss.omp_get_max_threads()
@@ -677,6 +689,7 @@ def run_filters(corpus: Corpus, queries: list[str], reps: int) -> None:
             "filter",
             mode=corpus.mode,
             children=corpus.children,
+            index=label,
             sources=corpus.docs,
             filter=name,
             unfiltered_ms=plain,
@@ -822,7 +835,8 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
         if r["section"] == "filter":
             add(
-                f"filter matching {r['filter']} of {r['sources']}, {r['children']:,} children",
+                f"filter matching {r['filter']} of {r['sources']}, {r['children']:,} children, "
+                f"{r.get('index', 'Flat')}",
                 "<= 3x unfiltered",
                 f"{r['ratio']:.2f}x",
                 r["ratio"] <= 3,
@@ -841,6 +855,15 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 ">= 90%",
                 f"{r['share_of_model']:.0%} ({r['retriever_per_s']:.1f} vs "
                 f"{r['model_alone_per_s']:.1f} children/s)",
+                r["share_of_model"] >= 0.9,
+            )
+        if r["section"] == "cli":
+            add(
+                f"s2b index with the offline model vs the model alone ({r['files']} files, "
+                f"{r['chunks']} chunks)",
+                ">= 90%",
+                f"{r['share_of_model']:.1%} ({r['s2b_index_per_s']:.1f} vs "
+                f"{r['model_alone_per_s']:.1f} chunks/s; own work {r['s2b_own_s']:.2f} s)",
                 r["share_of_model"] >= 0.9,
             )
     return out
@@ -925,12 +948,14 @@ def main(argv: list[str] | None = None) -> int:
         if size == 100_000 and "window" in corpora and "ann" not in skip:
             specs = [("IVF1024,Flat", "nprobe=16")]
             specs += [] if args.no_hnsw else [("HNSW32", "efSearch=64")]
-            run_ann(corpora["window"], specs, queries[:50], qvecs[:50], args.reps)
+            flt = None if "filter" in skip else queries[:10]
+            run_ann(corpora["window"], specs, queries[:50], qvecs[:50], args.reps, flt)
         if size >= 1_000_000 and "window" in corpora:
             record("rss", mode="window", children=corpora["window"].children, rss_mb=rss_mb())
             if "ann" not in skip:
                 specs = [("IVF4096,Flat", "nprobe=32")]  # HNSW32 at 1M: an hour to build here
-                run_ann(corpora["window"], specs, queries[:50], qvecs[:50], args.reps)
+                flt = None if "filter" in skip else queries[:10]
+                run_ann(corpora["window"], specs, queries[:50], qvecs[:50], args.reps, flt)
             if "persist" not in skip:
                 run_persist(corpora["window"], queries, args.workdir)
     if "memory" not in skip:
@@ -942,6 +967,11 @@ def main(argv: list[str] | None = None) -> int:
         run_batch_real_model()
     if "model" not in skip:
         run_model()
+    if "cli" not in skip:  # `s2b index` vs the model alone, in fresh processes (cli_bench.py)
+        from cli_bench import measure as cli_measure
+
+        for row in cli_measure([args.code or Path(__file__).resolve().parents[1]]):
+            record(**row)
     if "pgvector" not in skip:
         run_pgvector(queries[:50], 5_000, args.reps)
     for row in targets(ROWS):
