@@ -11,8 +11,9 @@ code indexes), they are removed. Elsewhere the deleted rows become
 tombstones: HNSW can not remove at all, and an IVF index inside
 ``IndexIDMap2`` does not renumber, so after one removal its results name the
 wrong rows and a second removal aborts the process (FAISS 1.15). A
-tombstone's key and text are gone at once; searches ask for as many extra
-rows as there are tombstones and drop them; the index is rebuilt from its
+tombstone's key and text are gone at once; searches leave the tombstones out
+with an ``IDSelector`` (so a search asks for no more rows than it needs); the
+index is rebuilt from its
 live vectors (a reset clone, so training and search parameters stay) when the
 tombstones reach a quarter of it and before every save, so a saved file holds
 live vectors only. NSG can not add after its first build and is refused.
@@ -120,6 +121,8 @@ class FaissIndex(VectorStore):
         self._parsed: dict[int, Any] = {}
         """Per row, what :meth:`parsed` made of its record (filled lazily, dropped on delete)."""
         self._version = 0
+        self._dead_selector: tuple[int, Any, Any, np.ndarray] | None = None
+        """``(version, selector, its parts)``: the tombstones left out of searches."""
         self._filtered: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
         """Matching rows per filter (its JSON), valid while ``_version`` is unchanged."""
         self._lock = threading.RLock()
@@ -393,11 +396,33 @@ class FaissIndex(VectorStore):
                 return empty.astype(np.float32), empty.astype(np.int64)
             self._ensure_index(matrix.shape[1])
             dead = self._dead if index is self._index else set()
+            if not dead:
+                return index.search(normalise(matrix), min(k, int(index.ntotal)))  # type: ignore[no-any-return]
+            live = self._live_only(index)
+            if live is not None:  # tombstones are never candidates: k deep is enough
+                want = min(k, int(index.ntotal) - len(dead))
+                if want < 1:
+                    empty = np.empty((len(matrix), 0))
+                    return empty.astype(np.float32), empty.astype(np.int64)
+                return index.search(normalise(matrix), want, params=live)  # type: ignore[no-any-return]
             want = min(k + len(dead), int(index.ntotal))
             scores, rows = index.search(normalise(matrix), want)
-            if dead:
-                scores, rows = _drop_dead(scores, rows, dead, min(k, int(index.ntotal)))
+            scores, rows = _drop_dead(scores, rows, dead, min(k, int(index.ntotal)))
         return scores, rows
+
+    def _live_only(self, index: Any) -> Any:
+        """Search parameters whose ``IDSelector`` leaves the tombstones out, or ``None``.
+
+        The selector is made once per change of the index (``_version``); the
+        parameters are made per search, so they carry the index's current
+        ``nprobe``/``efSearch``.
+        """
+        kept = self._dead_selector
+        if kept is None or kept[0] != self._version:
+            dead = np.fromiter(self._dead, dtype=np.int64, count=len(self._dead))
+            batch = faiss.IDSelectorBatch(len(dead), faiss.swig_ptr(dead))
+            kept = self._dead_selector = (self._version, faiss.IDSelectorNot(batch), batch, dead)
+        return _search_parameters(index, kept[1], 0)
 
     def parsed(
         self, rows: Sequence[int], parse: Callable[[str, str, dict[str, Any]], Any]
@@ -674,6 +699,28 @@ def _selector_search(
     an index type that takes no selector, and for HNSW when the graph search
     found fewer than ``k`` allowed rows (that is not proof that no more exist).
     """
+    mask = np.zeros(int(allowed[-1]) + 1, dtype=bool)
+    mask[allowed] = True
+    bits = np.packbits(mask, bitorder="little")
+    selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+    want = min(k, len(allowed))
+    params = _search_parameters(index, selector, want)
+    if params is None:
+        return None
+    scores, rows = index.search(matrix, want, params=params)
+    filled = int((rows[0] >= 0).sum())
+    if filled < want and isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW):
+        return None
+    return scores, rows, filled < want
+
+
+def _search_parameters(index: Any, selector: Any, k: int) -> Any:
+    """FAISS search parameters with ``selector`` and the index's own search settings.
+
+    ``nprobe`` (IVF) and ``efSearch`` (HNSW, at least ``k``) are copied from
+    the index: parameters passed to a search replace them, and FAISS's
+    defaults are 1 and 16. ``None`` for an index type that takes no selector.
+    """
     inner = faiss.downcast_index(index.index)
     params: Any
     if isinstance(inner, faiss.IndexFlat):
@@ -686,16 +733,8 @@ def _selector_search(
         params.nprobe = int(inner.nprobe)
     else:
         return None
-    mask = np.zeros(int(allowed[-1]) + 1, dtype=bool)
-    mask[allowed] = True
-    bits = np.packbits(mask, bitorder="little")
-    params.sel = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
-    want = min(k, len(allowed))
-    scores, rows = index.search(matrix, want, params=params)
-    filled = int((rows[0] >= 0).sum())
-    if filled < want and isinstance(inner, faiss.IndexHNSW):
-        return None
-    return scores, rows, filled < want
+    params.sel = selector
+    return params
 
 
 # Reading the files back (every value checked) -------------------------------------

@@ -72,7 +72,7 @@ def test_the_planning_pass_splits_like_a_hybrid_retriever_without_a_bm25_index(
     made = _Count(lexical_index.LexicalIndex)
     monkeypatch.setattr("langchain_s2b.retriever.LexicalIndex", made)
     assert leaf_texts(docs) == recorder.texts  # same chunks, same order as the store embeds
-    assert len(recorder.texts) == 579
+    assert len(recorder.texts) == 578
     assert made.calls == 0
 
 

@@ -37,7 +37,8 @@ class TestSplitterSizes:
 
     def test_a_300_token_child_does_not_fit_a_400_character_parent(self) -> None:
         expected = (
-            r"^SmallToBigRetriever: The 'child' splitter's chunks \(chunk_size=300 tokens\) are "
+            r"^SmallToBigRetriever: The 'child' splitter's chunks \(chunk_size=1200 characters\) "
+            r"are "
             r"larger than the 'parent' splitter's \(chunk_size=400 characters\); children must "
             r"be smaller than parents\.$"
         )

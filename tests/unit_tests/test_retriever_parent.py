@@ -232,10 +232,13 @@ class TestStoresAndIndexes:
             vectorstore=store, child_splitter=size_splitter(8), parent_splitter=size_splitter(45)
         )
         retriever.add_documents([_doc()])
-        docs = retriever.invoke("cherries red", k=2)
-        exact = _retriever().invoke("cherries red", k=2)  # FaissIndex Flat: the same answer
+        # two parents match (cherries, the desert), the others score 0 and tie
+        docs = retriever.invoke("cherries red desert", k=2)
+        exact = _retriever().invoke("cherries red desert", k=2)  # FaissIndex Flat: the same
         assert [(d.id, d.page_content) for d in docs] == [(d.id, d.page_content) for d in exact]
+        assert [d.id for d in docs] == ["fruit/parent/2", "fruit/parent/3"]
         assert "Cherries" in docs[0].page_content
+        assert "desert" in docs[1].page_content
         assert retriever.delete(["fruit"]) == ["fruit"]
         assert retriever.invoke("cherries red") == []
 
