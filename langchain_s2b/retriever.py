@@ -212,8 +212,11 @@ class SmallToBigRetriever(BaseRetriever):
         """
         values = (*(getattr(self, name) for name in _DEFAULT_FIELDS), self.search_kwargs)
         kept = self._defaults
-        if kept is not None and kept[0] == values:
-            return kept[1]
+        try:
+            if kept is not None and kept[0] == values:
+                return kept[1]
+        except (TypeError, ValueError):  # a value without a plain ``==`` (a numpy array)
+            pass
         fields = dict(zip(_DEFAULT_FIELDS, values, strict=False))
         params = with_overrides(QueryParams(**fields), self.search_kwargs)
         try:  # a copy, so that a search_kwargs changed in place is seen

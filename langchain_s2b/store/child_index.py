@@ -29,6 +29,9 @@ from langchain_s2b.core.hits import Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
 
+_SCORE = Hit._fields.index("score")
+"""Where a hit's score sits among its fields (cached hits are kept without it)."""
+
 
 class ChildIndex:
     """Searches, adds to, deletes from and lists one child index.
@@ -415,10 +418,7 @@ def _hit_template(
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A row's hit without its score: the fields before and after it (read once per row)."""
     hit = hit_from_metadata(meta, text, 0.0, key)
-    return hit[:SCORE], hit[SCORE + 1 :]
-
-
-SCORE = Hit._fields.index("score")
+    return hit[:_SCORE], hit[_SCORE + 1 :]
 
 
 def settle(hits: list[Hit], fetch: int) -> Found:

@@ -91,6 +91,22 @@ class TestCalls:
         with pytest.raises(TypeError, match=r"^A query must be a string; got NoneType"):
             await retriever.ainvoke(None)  # type: ignore[arg-type]
 
+    def test_the_kept_defaults_follow_assignments_copies_and_in_place_changes(self) -> None:
+        retriever = SmallToBigRetriever.from_documents(
+            DOCS, emb(), mode="window", k=1, window_size=0
+        )
+        assert [len(retriever.invoke("a")), retriever.defaults().k] == [1, 1]
+        retriever.k = 2  # two sentences, each its own window
+        assert [len(retriever.invoke("a")), retriever.defaults().k] == [2, 2]
+        retriever.search_kwargs["window_size"] = 1  # one window now holds both
+        assert retriever.defaults().window_size == 1
+        assert [d.metadata["split_ids"] for d in retriever.invoke("a")] == [[0, 1]]
+        copy = retriever.model_copy(update={"k": 3})
+        assert [copy.defaults().k, retriever.defaults().k] == [3, 2]
+        retriever.search_kwargs["k"] = 0
+        with pytest.raises(ValueError, match=r"^k must be at least 1; got 0\.$"):
+            retriever.invoke("a")
+
     def test_metadata_json_can_not_hold_fails_at_add_naming_the_document(self) -> None:
         retriever = SmallToBigRetriever(vectorstore=FaissIndex(emb()))
         doc = Document("Some text.", id="dated", metadata={"when": datetime.date(2026, 1, 2)})

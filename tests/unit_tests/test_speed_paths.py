@@ -274,3 +274,32 @@ def test_a_declined_prefilter_falls_back_to_filtering_after_the_search(
     want = _brute_force(index, "fig kiwi", {"kind": "a"})
     for fetch in (3, 50):
         assert _found(index, "fig kiwi", fetch, {"kind": "a"}) == _settled(want, fetch)
+
+
+class _Recording:
+    """A FAISS index proxy that records the ``k`` of every search."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.ks: list[int] = []
+
+    def search(self, x: Any, k: int, **kwargs: Any) -> Any:
+        self.ks.append(k)
+        return self.inner.search(x, k, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("kind", ["HNSW32", "IVF4,Flat"])
+def test_tombstones_are_left_out_by_a_selector_not_by_searching_deeper(kind: str) -> None:
+    retriever, index = _window(30, kind)
+    retriever.delete([f"s{i:03d}" for i in range(0, 30, 3)])  # 10 sources, 40 rows: tombstones
+    assert len(index._dead) == 40
+    want = _brute_force(index, "fig kiwi number", None)
+    recording = index._index = _Recording(index._index)
+    vector = np.asarray([index.embedding.embed_query("fig kiwi number")], dtype=np.float32)
+    scores, rows = index.search_rows(vector, 7)
+    assert recording.ks == [7]  # not 7 + 40
+    found = index.records(rows[0].tolist())
+    assert [(f[0], s) for f, s in zip(found, scores[0].tolist(), strict=True) if f] == want[:7]
