@@ -417,6 +417,7 @@ def build_ann(index: FaissIndex, factory: str, params: str | None) -> tuple[Fais
         ann._index.add_with_ids(vectors[lo : lo + 100_000], rows[lo : lo + 100_000])
     seconds = time.perf_counter() - t0
     ann._ids, ann._keys, ann._records = index._ids, index._keys, index._records
+    ann._sources, ann._loose = index._sources, index._loose  # the rows of each source (filters)
     ann._next_id = index._next_id
     return ann, seconds
 
