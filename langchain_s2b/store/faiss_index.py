@@ -398,9 +398,9 @@ class FaissIndex(VectorStore):
             dead = self._dead if index is self._index else set()
             if not dead:
                 return index.search(normalise(matrix), min(k, int(index.ntotal)))  # type: ignore[no-any-return]
-            live = self._live_only(index)
+            want = min(k, int(index.ntotal) - len(dead))
+            live = self._live_only(index, want)
             if live is not None:  # tombstones are never candidates: k deep is enough
-                want = min(k, int(index.ntotal) - len(dead))
                 if want < 1:
                     empty = np.empty((len(matrix), 0))
                     return empty.astype(np.float32), empty.astype(np.int64)
@@ -410,7 +410,7 @@ class FaissIndex(VectorStore):
             scores, rows = _drop_dead(scores, rows, dead, min(k, int(index.ntotal)))
         return scores, rows
 
-    def _live_only(self, index: Any) -> Any:
+    def _live_only(self, index: Any, k: int) -> Any:
         """Search parameters whose ``IDSelector`` leaves the tombstones out, or ``None``.
 
         The selector is made once per change of the index (``_version``); the
@@ -422,7 +422,7 @@ class FaissIndex(VectorStore):
             dead = np.fromiter(self._dead, dtype=np.int64, count=len(self._dead))
             batch = faiss.IDSelectorBatch(len(dead), faiss.swig_ptr(dead))
             kept = self._dead_selector = (self._version, faiss.IDSelectorNot(batch), batch, dead)
-        return _search_parameters(index, kept[1], 0)
+        return _search_parameters(index, kept[1], k)
 
     def parsed(
         self, rows: Sequence[int], parse: Callable[[str, str, dict[str, Any]], Any]
