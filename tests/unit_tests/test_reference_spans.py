@@ -13,7 +13,8 @@ from langchain_text_splitters import (
 )
 
 from langchain_s2b import SmallToBigRetriever, WindowSplitter
-from langchain_s2b.core.tree import locate_chunks, text_splitter_spans
+from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.core.tree import locate_chunks, marked, text_splitter_spans
 
 from .. import reference as ref
 from ._embeddings import BagOfWords
@@ -106,6 +107,26 @@ def test_text_splitter_spans_equal_the_exact_spans(case: tuple[str, str, int, in
     assert text_splitter_spans(splitter, text) == exact
 
 
+@given(case=splitting(), tokens=st.booleans(), strip=st.booleans())
+def test_the_marked_copy_cuts_where_the_real_text_is_cut(
+    case: tuple[str, str, int, int], tokens: bool, strip: bool
+) -> None:
+    """The one-run path's assumption, checked against the splitter run on the real text."""
+    kind, text, size, overlap = case
+    length = estimate_tokens if tokens else len
+    splitter: TextSplitter
+    if kind == "recursive":
+        splitter = RecursiveCharacterTextSplitter(
+            chunk_size=size, chunk_overlap=overlap, length_function=length, strip_whitespace=strip
+        )
+    else:
+        splitter = CharacterTextSplitter(
+            separator=" ", chunk_size=size, chunk_overlap=overlap, length_function=length
+        )
+    spans = text_splitter_spans(splitter, text)
+    assert [text[a:b] for a, b in spans] == [c for c in splitter.split_text(text) if c]
+
+
 @given(case=splitting())
 def test_locate_chunks_is_exact_without_overlap(case: tuple[str, str, int, int]) -> None:
     """From the chunks' text alone (callables): exact whenever chunks do not overlap."""
@@ -113,3 +134,27 @@ def test_locate_chunks_is_exact_without_overlap(case: tuple[str, str, int, int])
     splitter = make_splitter(kind, size, 0)
     exact = ref.marked_spans(splitter.split_text, "")(text)
     assert locate_chunks(text, splitter.split_text(text)) == exact
+
+
+def _marked_by_hand(text: str, keep: set[str]) -> str:
+    """One character at a time: whitespace and ``keep`` stay, the rest become private-use marks."""
+    first = 0xFFFFE - 0xF0000
+    out = []
+    for i, c in enumerate(text):
+        n = i % (first + 0x10FFFE - 0x100000)
+        mark = chr(0xF0000 + n) if n < first else chr(0x100000 + n - first)
+        out.append(c if c.isspace() or c in keep else mark)
+    return "".join(out)
+
+
+@given(
+    text=st.text(alphabet=st.characters(exclude_categories=()), max_size=200),  # surrogates too
+    keep=st.sets(st.sampled_from(list(".,;\n -ü")), max_size=4),
+)
+def test_the_marked_copy_equals_marking_each_character(text: str, keep: set[str]) -> None:
+    assert marked(text, keep) == _marked_by_hand(text, keep)
+
+
+def test_marks_wrap_around_after_every_private_use_code_point() -> None:
+    text = "ab " * 50_000  # 150,000 characters: more than the 131,068 marks
+    assert marked(text, {"b"}) == _marked_by_hand(text, {"b"})
