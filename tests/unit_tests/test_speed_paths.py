@@ -13,12 +13,15 @@ from typing import Any
 import faiss
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.documents import Document
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.filters import matches_filter
 from langchain_s2b.store import faiss_index
 from langchain_s2b.store.child_index import ChildIndex
+from langchain_s2b.store.child_index import _rows as embed_rows
 
 from ._embeddings import BagOfWords
 
@@ -303,3 +306,21 @@ def test_tombstones_are_left_out_by_a_selector_not_by_searching_deeper(kind: str
     assert recording.ks == [7]  # not 7 + 40
     found = index.records(rows[0].tolist())
     assert [(f[0], s) for f, s in zip(found, scores[0].tolist(), strict=True) if f] == want[:7]
+
+
+_FLOATS = st.floats(width=64, allow_nan=True, allow_infinity=True) | st.integers(-(2**70), 2**70)
+
+
+@given(st.integers(1, 6).flatmap(lambda d: st.lists(st.lists(_FLOATS, min_size=d, max_size=d), min_size=1)))
+def test_the_model_s_float_lists_become_the_float32_rows_numpy_makes(rows: list[Any]) -> None:
+    """The packed conversion equals numpy's cast bit for bit (NaN, inf, overflow, ints)."""
+    with np.errstate(over="ignore"):
+        expected = np.asarray(rows, dtype=np.float64).astype(np.float32)
+    got = np.asarray(embed_rows(rows, len(rows)))
+    assert got.dtype == np.float32
+    assert got.tobytes() == expected.tobytes()
+    assert all(row.flags.writeable for row in embed_rows(rows, len(rows)))
+
+
+def test_float_lists_numpy_can_read_but_struct_can_not_still_convert() -> None:
+    assert np.asarray(embed_rows([["1.5", 2.0]], 1)).tolist() == [[1.5, 2.0]]
