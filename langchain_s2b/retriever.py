@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,6 +57,7 @@ _NOT_SAVED = frozenset(
 
 
 _DEFAULT_FIELDS = tuple(sorted(OVERRIDABLE - {"filter"}))
+_READ_DEFAULTS = operator.attrgetter(*_DEFAULT_FIELDS, "search_kwargs")
 
 
 class SmallToBigRetriever(BaseRetriever):
@@ -210,7 +212,7 @@ class SmallToBigRetriever(BaseRetriever):
         Built and checked once, then kept while the fields it reads stay equal
         (an assignment or ``model_copy(update=...)`` builds it again).
         """
-        values = (*(getattr(self, name) for name in _DEFAULT_FIELDS), self.search_kwargs)
+        values = _READ_DEFAULTS(self)
         kept = self._defaults
         try:
             if kept is not None and kept[0] == values:

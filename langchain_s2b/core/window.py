@@ -68,9 +68,9 @@ def _home(windows: list[tuple[int, int, Group]], split: int) -> Group | None:
 def _window_group(hit: Hit, lo: int, hi: int) -> Group:
     prefix = level_prefix(hit.source_key, hit.level)
     keys = [f"{prefix}{i}" for i in range(lo, hi + 1)]
-    group = Group(hit.source_key, hit.source_id, keys, [hit], hit.level, -1, -1)
-    group.extra = {"lo": lo, "hi": hi}
-    return group
+    return Group(
+        hit.source_key, hit.source_id, keys, [hit], hit.level, -1, -1, "", {"lo": lo, "hi": hi}
+    )
 
 
 def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> list[Document]:
@@ -82,14 +82,20 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
     index and the docstore disagree, and the index's copy of the text is never
     served in place of the store's.
     """
+    lo = group.extra["lo"]
+    docs = [fetched.get(key) for key in group.keys]
+    if all(doc is not None for doc in docs):  # the usual case: one run, every hit in it
+        present: list[Document] = docs  # type: ignore[assignment]
+        run = [_chunk(doc, split) for split, doc in enumerate(present, start=lo)]
+        return [_window_document(group, group.hits, run, present[0].metadata, [])]
     matched = {hit.split_id for hit in group.hits}
     runs: list[list[Chunk]] = [[]]
     missing: list[int] = []
     base: dict[str, Any] | None = None
-    for split, key in enumerate(group.keys, start=group.extra["lo"]):
-        doc = fetched.get(key)
+    for split, doc in enumerate(docs, start=lo):
         if doc is None:
             if split in matched:
+                key = group.keys[split - lo]
                 msg = (
                     f"Child {key!r} is in the child index but not in the docstore; "
                     "run retriever.verify(repair=True) or pass on_missing='skip'."
@@ -98,21 +104,31 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
             missing.append(split)
             runs.append([])
             continue
-        meta = doc.metadata
         if base is None:
-            base = meta
-        runs[-1].append(Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split))
+            base = doc.metadata
+        runs[-1].append(_chunk(doc, split))
     out = []
     for run in runs:
-        splits = [c.split_id for c in run]
+        splits = {c.split_id for c in run}
         hits = [h for h in group.hits if h.split_id in splits]
-        if not hits:
-            continue
-        merged = merge_chunks(run)
-        part = Group(
-            group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end
-        )
-        meta = result_metadata(part, "window", base or {})
-        meta.update(split_ids=splits, missing_split_ids=missing, gaps=list(merged.gaps))
-        out.append(Document(page_content=merged.text, metadata=meta))
+        if hits:
+            out.append(_window_document(group, hits, run, base or {}, missing))
     return out
+
+
+def _chunk(doc: Document, split: int) -> Chunk:
+    meta = doc.metadata
+    return Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split)
+
+
+def _window_document(
+    group: Group, hits: list[Hit], run: list[Chunk], base: Mapping[str, Any], missing: list[int]
+) -> Document:
+    """One run of a window as a result document."""
+    merged = merge_chunks(run)
+    part = Group(group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end)
+    meta = result_metadata(part, "window", base)
+    meta["split_ids"] = [c.split_id for c in run]
+    meta["missing_split_ids"] = missing
+    meta["gaps"] = list(merged.gaps)
+    return Document(page_content=merged.text, metadata=meta)

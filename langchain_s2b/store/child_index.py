@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import operator
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from langchain_s2b.store.faiss_index import FaissIndex
 
 _SCORE = Hit._fields.index("score")
 """Where a hit's score sits among its fields (cached hits are kept without it)."""
+_BY_SCORE = operator.itemgetter(_SCORE)
 
 
 class ChildIndex:
@@ -84,10 +86,12 @@ class ChildIndex:
         return settle([hit_from_child(doc, score) for doc, score in pairs], fetch)
 
     @staticmethod
-    def _search_faiss(index: FaissIndex, vector: list[float], fetch: int, flt: Any) -> Found:
+    def _search_faiss(
+        index: FaissIndex, vector: Sequence[float] | np.ndarray, fetch: int, flt: Any
+    ) -> Found:
         """Pre-filter the rows and search once; else post-filter, searching deeper as needed."""
         check_filter(flt)
-        query = np.asarray([vector], dtype=np.float32)
+        query = _query_row(vector)
         if flt is not None:
             allowed = index.matching_rows(flt)
             found = None if allowed is None else index.search_among(query, fetch + 1, allowed)
@@ -161,7 +165,7 @@ class ChildIndex:
         """One matrix search; a query whose filter needs a deeper search gets its own."""
         check_filter(flt)
         if flt is not None and index.matching_rows(flt) is not None:
-            return [cls._search_faiss(index, vector.tolist(), fetch, flt) for vector in matrix]
+            return [cls._search_faiss(index, vector, fetch, flt) for vector in matrix]
         scores, rows = index.search_rows(matrix, fetch + 1)
         found = []
         for vector, row_scores, row_ids in zip(matrix, scores, rows, strict=True):
@@ -169,7 +173,7 @@ class ChildIndex:
             if len(hits) > fetch or reached_all:
                 found.append(settle(hits, fetch))
             else:
-                found.append(cls._search_faiss(index, vector.tolist(), fetch, flt))
+                found.append(cls._search_faiss(index, vector, fetch, flt))
         return found
 
     def _relevance(self) -> Callable[[float], float]:
@@ -340,6 +344,13 @@ def _rows(vectors: Any, n: int) -> list[list[float]]:
     return list(matrix)
 
 
+def _query_row(vector: Sequence[float] | np.ndarray) -> np.ndarray:
+    """A query vector as a ``(1, dim)`` float32 matrix."""
+    if isinstance(vector, list) and vector:
+        return _float_lists([vector], 1, len(vector))
+    return np.asarray([vector], dtype=np.float32)
+
+
 def _float_lists(vectors: list[list[float]], n: int, dim: int) -> np.ndarray:
     """Rows of Python floats (LangChain's interface) as one float32 matrix.
 
@@ -415,8 +426,9 @@ def _faiss_hits(
     filled = len(rows_list) - rows_list.count(-1)
     if flt is None:
         templates = index.parsed(rows_list, _hit_template)
+        new = tuple.__new__
         hits = [
-            Hit._make((*t[0], score, *t[1]))
+            new(Hit, (*t[0], score, *t[1]))
             for score, t in zip(scores.tolist(), templates, strict=True)
             if t is not None
         ]
@@ -444,7 +456,7 @@ def settle(hits: list[Hit], fetch: int) -> Found:
     scores is left out, so the answer never depends on an engine's tie order
     (the retriever searches deeper if it needs them).
     """
-    hits = sorted(hits, key=lambda h: -h.score)
+    hits = sorted(hits, key=_BY_SCORE, reverse=True)  # stable: equal scores keep their order
     if len(hits) <= fetch:
         return hits, True
     cut = hits[fetch - 1].score

@@ -57,8 +57,12 @@ class Runner:
         """
         if not locked:
             return drive(op, self.run)
-        with self.lock.hold(write=write):
+        lock = self.lock
+        lock.acquire_write() if write else lock.acquire_read()  # not `hold`: a query's cost
+        try:
             return drive(op, self.run)
+        finally:
+            lock.release_write() if write else lock.release_read()
 
     async def adrive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
         """Async :meth:`drive`."""

@@ -311,7 +311,12 @@ def test_tombstones_are_left_out_by_a_selector_not_by_searching_deeper(kind: str
 _FLOATS = st.floats(width=64, allow_nan=True, allow_infinity=True) | st.integers(-(2**70), 2**70)
 
 
-@given(st.integers(1, 6).flatmap(lambda d: st.lists(st.lists(_FLOATS, min_size=d, max_size=d), min_size=1)))
+_MATRICES = st.integers(1, 6).flatmap(
+    lambda d: st.lists(st.lists(_FLOATS, min_size=d, max_size=d), min_size=1)
+)
+
+
+@given(_MATRICES)
 def test_the_model_s_float_lists_become_the_float32_rows_numpy_makes(rows: list[Any]) -> None:
     """The packed conversion equals numpy's cast bit for bit (NaN, inf, overflow, ints)."""
     with np.errstate(over="ignore"):
