@@ -14,4 +14,7 @@ from __future__ import annotations
 
 def is_junk(text: str) -> bool:
     """True when ``text`` has no letter: it is stored but not embedded."""
-    return not any(ch.isalpha() for ch in text)
+    for ch in text:  # a loop, not any(generator): most leaves return at the first character
+        if ch.isalpha():
+            return False
+    return True
