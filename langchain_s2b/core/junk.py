@@ -14,7 +14,5 @@ from __future__ import annotations
 
 def is_junk(text: str) -> bool:
     """True when ``text`` has no letter: it is stored but not embedded."""
-    for ch in text:  # a loop, not any(generator): most leaves return at the first character
-        if ch.isalpha():
-            return False
-    return True
+    # most leaves start with a letter; the rest are read in C (map), not by a generator
+    return not (text[:1].isalpha() or any(map(str.isalpha, text)))
