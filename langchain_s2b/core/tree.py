@@ -314,6 +314,9 @@ def _separator_chars(splitter: TextSplitter) -> set[str] | None:
     return set("".join(separators))
 
 
+_new = tuple.__new__
+
+
 def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
     """Split ``text`` into nested spans, one level inside the next."""
     names = [level.name for level in levels]
@@ -331,18 +334,9 @@ def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
             spans = split_spans(level.splitter, text[offset : parent.end])
             ancestry = ((parent_key, offset, parent.end, len(spans)), *parent.ancestors)
             name = level.name
-            for start, end in spans:
-                nodes.append(
-                    Node(
-                        source_key,
-                        name,
-                        len(nodes),
-                        offset + start,
-                        offset + end,
-                        parent_key,
-                        ancestry,
-                    )
-                )
+            for start, end in spans:  # tuple.__new__: a named tuple's own __new__ is Python
+                fields = (source_key, name, len(nodes), offset + start, offset + end, parent_key)
+                nodes.append(_new(Node, (*fields, ancestry, None)))
             parents[p_index] = parent._replace(children=(first, len(nodes)))
         tree.nodes[parents[0].level] = parents
         tree.nodes[level.name] = nodes
