@@ -34,7 +34,16 @@ from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import parent_index
-from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, SearchText, Vector, ask
+from langchain_s2b.core.requests import (
+    EmbedQuery,
+    Fetch,
+    LeafHits,
+    Op,
+    Search,
+    SearchText,
+    Vector,
+    ask,
+)
 
 Fetched = Mapping[str, Document | None]
 
@@ -95,12 +104,17 @@ def retrieve_within(
 def fused(hits: Sequence[Hit], query: str, n: int, flt: object) -> Op[list[Hit]]:
     """Dense hits fused with the ``n`` best lexical ones (z-scores); score = the fused score.
 
-    Leaves only the lexical list found are read from the docstore (one fetch)
-    and must pass the same filter.
+    Leaves only the lexical list found must pass the same filter; they are read
+    from the child index's own records (FAISS), else from the docstore (one fetch).
     """
     lexical = yield from ask(SearchText(query, n))
     by_key = {hit.key: hit for hit in hits}
     missing = [key for key, _ in lexical if key not in by_key]
+    if missing:
+        held = yield from ask(LeafHits(missing, flt))
+        if held is not None:
+            by_key.update((key, hit) for key, hit in held.items() if hit is not None)
+            missing = [key for key in missing if key not in held]
     if missing:
         docs = yield from ask(Fetch(missing))
         for key, doc in zip(missing, docs, strict=True):

@@ -61,6 +61,19 @@ class SearchText(Request[list[tuple[str, float]]]):
 
 
 @dataclass(frozen=True)
+class LeafHits(Request[dict[str, Hit | None] | None]):
+    """Hits (score ``0``) of these leaves from the child index's own records, by key.
+
+    Keys the index does not hold are left out; a key it holds that ``filter``
+    leaves out maps to ``None``. ``None`` as the answer: the index keeps no
+    records (ask the docstore).
+    """
+
+    keys: list[str]
+    filter: Any
+
+
+@dataclass(frozen=True)
 class SearchMany(Request[list[Found]]):
     """:class:`Search` for many queries of one ``fetch`` and filter (one matrix search)."""
 

@@ -107,6 +107,31 @@ class ChildIndex:
                 return settle(hits, fetch)
             depth *= 2
 
+    def leaf_hits(self, keys: list[str], flt: Any) -> dict[str, Hit | None] | None:
+        """Hits (score ``0``) of these leaves from FAISS's records (see :class:`LeafHits`).
+
+        The records are the leaves as added (one document serves the docstore
+        and the index); each row's hit fields come from the same per-row cache
+        as a search's. ``None``: not a ``FaissIndex``, so it keeps no records here.
+        """
+        index = self.faiss
+        if index is None:
+            return None
+        check_filter(flt)
+        rows = index.rows_of(keys)
+        out: dict[str, Hit | None] = {}
+        if flt is None:
+            new = tuple.__new__
+            for key, t in zip(keys, index.parsed(rows, _hit_template), strict=True):
+                if t is not None:
+                    out[key] = new(Hit, (*t[0], 0.0, *t[1]))
+            return out
+        for key, found in zip(keys, index.records(rows), strict=True):
+            if found is not None:
+                passes = matches_filter(found[2], flt)
+                out[key] = hit_from_metadata(found[2], found[1], 0.0, found[0]) if passes else None
+        return out
+
     # Many queries at once (``SmallToBigRetriever.batch``) ---------------------------
 
     def embed_queries(self, queries: list[str]) -> list[Vector]:

@@ -376,6 +376,12 @@ class FaissIndex(VectorStore):
         self._index = fresh
         self._dead.clear()
 
+    def rows_of(self, ids: Sequence[str]) -> list[int]:
+        """The row of each key (``-1``: not held)."""
+        with self._lock:
+            get = self._ids.get
+            return [get(key, -1) for key in ids]
+
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The stored children with these keys (unknown keys skipped)."""
         with self._lock:

@@ -24,6 +24,7 @@ from langchain_s2b.core.requests import (
     EmbedQueries,
     EmbedQuery,
     Fetch,
+    LeafHits,
     ListChildren,
     Op,
     Put,
@@ -85,6 +86,8 @@ class Runner:
                 return index.search_many(vectors, queries, fetch, flt)
             case SearchText(query, n):
                 return index.search_text(query, n) if isinstance(index, HybridChildIndex) else []
+            case LeafHits(keys, flt):
+                return index.leaf_hits(keys, flt)
             case Fetch(keys):
                 return store.mget(keys)
             case Put(pairs):
@@ -120,6 +123,8 @@ class Runner:
                 if isinstance(index, HybridChildIndex):
                     return await index.asearch_text(query, n)
                 return []
+            case LeafHits(keys, flt):
+                return index.leaf_hits(keys, flt)  # in memory, under the index's own lock
             case Fetch(keys):
                 return await store.amget(keys)
             case Put(pairs):

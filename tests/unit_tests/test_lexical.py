@@ -9,7 +9,11 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.core.budgeted import fused
 from langchain_s2b.core.fusion import z_fuse, z_scores
+from langchain_s2b.core.hits import dedupe_hits
+from langchain_s2b.core.requests import Search, ask
+from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.hybrid_index import HybridChildIndex
 from langchain_s2b.store.lexical_index import LexicalIndex, query_terms
 
@@ -174,3 +178,49 @@ class TestWithTheRetriever:
         assert not isinstance(retriever._io.index, HybridChildIndex)
         (doc,) = retriever.invoke("walrus", max_tokens=6)
         assert doc.page_content == "Walrus tusks are long."
+
+
+_ARTICLES = [
+    "Rollo led the Norse raiders. Normandy is in France. The duke ruled Normandy.",
+    "Walrus tusks are long. The walrus lives in the Arctic. Norse traders sold tusks.",
+    "France has many regions. The duke of Normandy crossed the sea. Raiders came by sea.",
+]
+
+
+@pytest.mark.parametrize("flt", [None, {"topic": "north"}, {"topic": "nowhere"}])
+@pytest.mark.parametrize("query", ["walrus tusks", "duke of Normandy", "Norse raiders sea"])
+def test_lexical_only_leaves_come_from_the_child_index_as_the_docstore_gives_them(
+    flt: dict[str, str] | None, query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fused ranking is the same whether those leaves are read from FAISS or the docstore."""
+    docs = [
+        Document(page_content=text, id=f"a{i}", metadata={"topic": "north" if i else "west"})
+        for i, text in enumerate(_ARTICLES)
+    ]
+    retriever = SmallToBigRetriever.from_documents(docs, BagOfWords(), mode="window")
+    io = retriever._io
+    vector = io.index.embed_query(query)
+    found, _ = io.drive(ask(Search(vector, query, 2, flt)))  # few dense hits: most are lexical
+    fetched: list[list[str]] = []
+    mget = io.docstore.mget
+
+    def counting(keys: list[str]) -> list[Document | None]:
+        fetched.append(list(keys))
+        return mget(keys)
+
+    monkeypatch.setattr(io.docstore, "mget", counting)
+    from_index = io.drive(fused(dedupe_hits(found), query, 100, flt))
+    assert fetched == []  # every lexical leaf was read from FAISS's records
+    monkeypatch.setattr(ChildIndex, "leaf_hits", lambda self, keys, flt: None)
+    from_store = io.drive(fused(dedupe_hits(found), query, 100, flt))
+    assert len(fetched) == 1
+    assert from_index == from_store
+    # worked out by hand: the leaves holding a query word, in the filter's sources
+    expected = {
+        "walrus tusks": ["a1/sentence/0", "a1/sentence/1", "a1/sentence/2"],
+        "duke of Normandy": ["a0/sentence/1", "a0/sentence/2", "a2/sentence/1"],
+        "Norse raiders sea": ["a0/sentence/0", "a1/sentence/2", "a2/sentence/1", "a2/sentence/2"],
+    }[query]
+    if flt is not None:
+        expected = [key for key in expected if flt["topic"] == "north" and key[:2] != "a0"]
+    assert sorted(hit.key for hit in from_index) == expected
