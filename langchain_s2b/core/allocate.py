@@ -33,8 +33,9 @@ never exceeded.
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_s2b.core.budget import TokenCounter
@@ -125,7 +126,7 @@ def allocate(
         msg = f"decay must be between 0 and 1 (exclusive); got {decay!r}."
         raise ValueError(msg)
     values = {k: v for k, v in leaf_values(seeds, decay, max_distance).items() if k in leaves}
-    chosen = _grow(seeds, values, _distances(seeds, values), leaves, budget, token_counter)
+    chosen = _grow(seeds, values, _distances(seeds), leaves, budget, token_counter)
     while True:
         runs = _runs(chosen, seeds, leaves, token_counter)
         if sum(run.tokens for run in runs) <= budget:
@@ -133,20 +134,29 @@ def allocate(
         chosen.pop()
 
 
-def _distances(seeds: Sequence[Seed], values: Mapping[LeafId, float]) -> dict[LeafId, int]:
-    """Each valued leaf's distance to the nearest seed of its source (the tie-break)."""
+def _distances(seeds: Sequence[Seed]) -> Callable[[LeafId], int]:
+    """A leaf's distance to the nearest seed of its source (the tie-break).
+
+    Asked only for the leaves the greedy offers, a few of the many valued ones.
+    """
     by_source: dict[str, list[int]] = {}
     for seed in seeds:
         by_source.setdefault(seed.source, []).append(seed.split)
-    return {
-        (source, split): min(abs(split - s) for s in by_source[source]) for source, split in values
-    }
+    for splits in by_source.values():
+        splits.sort()
+
+    def distance(leaf: LeafId) -> int:
+        splits = by_source[leaf[0]]
+        i = bisect.bisect_left(splits, leaf[1])  # the nearest seeds are either side of it
+        return min(abs(leaf[1] - s) for s in (splits[i - 1 : i + 1] if i else splits[:1]))
+
+    return distance
 
 
 def _grow(
     seeds: Sequence[Seed],
     values: Mapping[LeafId, float],
-    distance: Mapping[LeafId, int],
+    distance: Callable[[LeafId], int],
     leaves: Mapping[LeafId, Chunk],
     budget: int,
     token_counter: TokenCounter,
@@ -162,7 +172,7 @@ def _grow(
     def offer(leaf: LeafId) -> None:
         if leaf in values and leaf not in queued:
             queued.add(leaf)
-            heapq.heappush(heap, (-values[leaf], distance[leaf], leaf[0], leaf[1]))
+            heapq.heappush(heap, (-values[leaf], distance(leaf), leaf[0], leaf[1]))
 
     for seed in seeds:
         offer((seed.source, seed.split))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from langchain_s2b.core.allocate import LeafId, Run, Seed, allocate, leaf_values
+from langchain_s2b.core.allocate import LeafId, Run, Seed, _distances, allocate, leaf_values
 from langchain_s2b.core.merge import Chunk
 
 
@@ -197,3 +197,21 @@ def test_equal_costs_reach_the_brute_force_optimum(
             if connected(set(subset), seeds):
                 best = max(best, sum(values[leaf] for leaf in subset))
     assert got == pytest.approx(best, abs=1e-12)
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 40)), min_size=1, max_size=30),
+    st.lists(st.integers(0, 40), max_size=40),
+)
+def test_the_distance_to_the_nearest_seed_equals_brute_force(
+    placed: list[tuple[str, int]], splits: list[int]
+) -> None:
+    seeds = [Seed(source, split, split, split) for source, split in placed]
+    sources = {source for source, _ in placed}
+    values = {(source, split): 1.0 for source in sources for split in splits}
+    expected = {
+        (source, split): min(abs(split - s.split) for s in seeds if s.source == source)
+        for source, split in values
+    }
+    distance = _distances(seeds)
+    assert {leaf: distance(leaf) for leaf in values} == expected
