@@ -29,7 +29,14 @@ from langchain_s2b.core.allocate import DECAY, LeafId, Run, Seed, allocate
 from langchain_s2b.core.budget import TokenCounter
 from langchain_s2b.core.filters import Filter, matches_filter
 from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, z_fuse
-from langchain_s2b.core.hits import Group, Hit, dedupe_hits, hit_from_child, result_metadata
+from langchain_s2b.core.hits import (
+    Group,
+    Hit,
+    dedupe_hits,
+    hit_from_child,
+    result_metadata,
+    with_score,
+)
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
@@ -126,7 +133,7 @@ def fused(hits: Sequence[Hit], query: str, n: int, flt: object) -> Op[list[Hit]]
         [(key, score) for key, score in lexical if key in by_key],
         LEXICAL_WEIGHT,
     )
-    return [by_key[key]._replace(score=score) for key, score in ranked]
+    return [with_score(by_key[key], score) for key, score in ranked]
 
 
 def seed_hits(

@@ -47,6 +47,15 @@ class Hit(NamedTuple):
         }
 
 
+SCORE = Hit._fields.index("score")
+"""Where a hit's score sits among its fields."""
+
+
+def with_score(hit: Hit, score: float) -> Hit:
+    """``hit._replace(score=score)``, without its per-call Python (fusion rescores ~100 hits)."""
+    return tuple.__new__(Hit, (*hit[:SCORE], score, *hit[SCORE + 1 :]))
+
+
 def hit_from_child(doc: Document, score: float) -> Hit:
     """Read a child search result's metadata; raise if it lacks our fields."""
     return hit_from_metadata(doc.metadata, doc.page_content, score, doc.id)

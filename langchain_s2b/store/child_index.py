@@ -27,13 +27,11 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
-from langchain_s2b.core.hits import Hit, hit_from_child, hit_from_metadata
+from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
 
-_SCORE = Hit._fields.index("score")
-"""Where a hit's score sits among its fields (cached hits are kept without it)."""
-_BY_SCORE = operator.itemgetter(_SCORE)
+_BY_SCORE = operator.itemgetter(SCORE)
 
 
 class ChildIndex:
@@ -470,7 +468,7 @@ def _hit_template(
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """A row's hit without its score: the fields before and after it (read once per row)."""
     hit = hit_from_metadata(meta, text, 0.0, key)
-    return hit[:_SCORE], hit[_SCORE + 1 :]
+    return hit[:SCORE], hit[SCORE + 1 :]
 
 
 def settle(hits: list[Hit], fetch: int) -> Found:
