@@ -84,8 +84,8 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
     """
     lo = group.extra["lo"]
     docs = [fetched.get(key) for key in group.keys]
-    if all(doc is not None for doc in docs):  # the usual case: one run, every hit in it
-        present: list[Document] = docs  # type: ignore[assignment]
+    present = [doc for doc in docs if doc is not None]
+    if len(present) == len(docs):  # the usual case: one run, every hit in it
         run = [_chunk(doc, split) for split, doc in enumerate(present, start=lo)]
         return [_window_document(group, group.hits, run, present[0].metadata, [])]
     matched = {hit.split_id for hit in group.hits}
