@@ -58,12 +58,8 @@ class Runner:
         """
         if not locked:
             return drive(op, self.run)
-        lock = self.lock
-        lock.acquire_write() if write else lock.acquire_read()  # not `hold`: a query's cost
-        try:
+        with self.lock.hold(write=write):
             return drive(op, self.run)
-        finally:
-            lock.release_write() if write else lock.release_read()
 
     async def adrive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
         """Async :meth:`drive`."""
@@ -258,17 +254,9 @@ class ReadWriteLock:
                 self._writers_waiting -= 1
                 self._cond.notify_all()
 
-    @contextmanager
-    def hold(self, *, write: bool) -> Iterator[None]:
+    def hold(self, *, write: bool) -> _Hold:
         """``with lock.hold(write=...):`` in a thread."""
-        if write:
-            self.acquire_write()
-        else:
-            self.acquire_read()
-        try:
-            yield
-        finally:
-            self.release_write() if write else self.release_read()
+        return _Hold(self, write)
 
     @asynccontextmanager
     async def ahold(self, *, write: bool) -> AsyncIterator[None]:
@@ -282,6 +270,26 @@ class ReadWriteLock:
             yield
         finally:
             self.release_write() if write else self.release_read()
+
+
+class _Hold:
+    """The context of :meth:`ReadWriteLock.hold`.
+
+    A plain class, not a ``contextmanager`` generator: every query takes one,
+    and the generator costs a few µs more.
+    """
+
+    __slots__ = ("_lock", "_write")
+
+    def __init__(self, lock: ReadWriteLock, write: bool) -> None:
+        self._lock = lock
+        self._write = write
+
+    def __enter__(self) -> None:
+        self._lock.acquire_write() if self._write else self._lock.acquire_read()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release_write() if self._write else self._lock.release_read()
 
 
 async def _poll(acquire: Callable[..., bool]) -> None:
