@@ -11,7 +11,12 @@ be told. Rows include plain hit sentences and plain ~300-token chunks; the
 small-to-big rows use hybrid search (the default) unless named ``dense``; the
 ``CLI tree`` rows are parent mode on the command line's multilevel tree.
 
+Hit rate can not see waste (more text never lowers it), so every rule and
+budget also reports the tokens returned, evidence recall and evidence
+precision (the share of returned characters inside gold evidence).
+
     python benchmarks/quality.py [--questions N] [--data DIR] [--cache FILE] [--json FILE]
+                                 [--only ROW,ROW] [--rules told,...]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +35,10 @@ from langchain_core.retrievers import BaseRetriever
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.embeddings import LocalE5Embeddings
-from langchain_s2b.evaluation import RULES, budget_table, evaluate, load_questions
+from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
 
-BUDGETS = (256, 512, 1024, 2048)
+BUDGETS = (256, 512, 1024, 2048, 8192)
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT / "examples" / "data" / "squad2-dev"
 
@@ -104,7 +110,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="an .npz of embeddings to reuse")
     parser.add_argument("--json", type=Path, default=None, help="write every rate here")
     parser.add_argument("--only", default=None, help="comma-separated row names to run")
+    parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules")
     args = parser.parse_args()
+    rules = args.rules.split(",")
     documents = load(args.data)
     questions = load_questions(args.data / "questions.jsonl", limit=args.questions)
     emb = Cached(LocalE5Embeddings())
@@ -117,22 +125,29 @@ def main() -> None:
     reports = []
     for name in wanted:
         t = time.perf_counter()
-        report = evaluate(table[name](), questions, name=name, k=4, budgets=BUDGETS)
+        report = evaluate(table[name](), questions, name=name, k=4, budgets=BUDGETS, rules=rules)
         reports.append(report)
         rates = "  ".join(
             f"{rule} " + " ".join(f"{report.hit_by_rule[rule][b]:.3f}" for b in BUDGETS)
-            for rule in RULES
+            for rule in rules
         )
         print(f"{name}: {rates} ({time.perf_counter() - t:.0f}s)", flush=True)
     if args.cache:
         emb.save(args.cache)
-    for rule in RULES:
-        print()
-        print(budget_table(reports, rule))
+    for rule in rules:
+        for metric in METRICS:
+            print()
+            print(budget_table(reports, rule, metric))
     total = time.perf_counter() - t0
     print(f"\n{len(questions)} questions, {len(documents)} articles; total {total:.0f}s")
     if args.json:
-        data = {r.name: r.hit_by_rule for r in reports}
+        data = {
+            r.name: {
+                rule: {b: asdict(stats) for b, stats in per_budget.items()}
+                for rule, per_budget in r.by_rule.items()
+            }
+            for r in reports
+        }
         args.json.write_text(json.dumps(data, indent=2))
 
 

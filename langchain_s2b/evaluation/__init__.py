@@ -9,7 +9,9 @@ from langchain_s2b.evaluation.data import Question, load_documents, load_questio
 from langchain_s2b.evaluation.runs import (
     BUDGETS,
     MAX_K,
+    METRICS,
     RULES,
+    BudgetStats,
     Report,
     budget_table,
     can_be_told,
@@ -31,6 +33,8 @@ from langchain_s2b.evaluation.scoring import (
 __all__ = [
     "BUDGETS",
     "MAX_K",
+    "METRICS",
+    "BudgetStats",
     "Piece",
     "Question",
     "RULES",

@@ -11,6 +11,12 @@ for every row, reported three ways (:data:`RULES`):
   and returns what it judges best; the same cut then applies, so a row that
   overflows gains nothing. A retriever that has no such option can not be
   told: its ``told`` row is its ``cut-tokens`` row.
+
+Hit rate alone can not see waste: more text never lowers it. So every budget
+of every rule also reports what the caller pays and how much of it is useful
+(:class:`BudgetStats`): the tokens returned, evidence recall and evidence
+precision. A budget is a ceiling: a retriever told 8,192 tokens that returns
+600 at the same hit rate is the better one.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.evaluation.data import Question
 from langchain_s2b.evaluation.scoring import Score, cut, pieces, score, whitespace_tokens
 
-BUDGETS: tuple[int, ...] = (256, 512, 1024, 2048)
+BUDGETS: tuple[int, ...] = (256, 512, 1024, 2048, 8192)
 MAX_K = 4096
 RULES: tuple[str, ...] = ("cut-tokens", "cut-words", "told")
 """The budget rules every row is judged by (see the module docstring)."""
@@ -86,6 +92,33 @@ def can_be_told(retriever: BaseRetriever, option: str = BUDGET_OPTION) -> bool:
     )
 
 
+METRICS: tuple[str, ...] = ("hit", "recall", "precision", "tokens")
+"""What :class:`BudgetStats` reports, and what :func:`budget_table` can tabulate."""
+
+
+@dataclass(frozen=True)
+class BudgetStats:
+    """One budget under one rule: means over the questions (``None``: not measurable)."""
+
+    hit: float
+    recall: float | None
+    precision: float | None
+    """Share of returned characters inside gold evidence (questions that got text)."""
+    tokens: float
+    """Tokens returned (``token_counter``), after the cut."""
+
+    @classmethod
+    def of(cls, scores: Sequence[Score]) -> BudgetStats:
+        """The means of these questions' scores."""
+        returned = [s.precision for s in scores if s.tokens]
+        return cls(
+            hit=_mean([s.hit for s in scores]),
+            recall=_mean_or_none([s.recall for s in scores]),
+            precision=_mean_or_none(returned),
+            tokens=_mean([s.tokens for s in scores]),
+        )
+
+
 @dataclass
 class Report:
     """One retriever's averages over the questions (``None``: not measurable)."""
@@ -97,13 +130,39 @@ class Report:
     answer_rate: float
     evidence_recall: float | None
     mean_tokens: float
-    hit_at: dict[int, float] = field(default_factory=dict)
-    """hit@B under the rule ``budget_option`` asked for (``told``), else ``cut-tokens``."""
-    recall_at: dict[int, float | None] = field(default_factory=dict)
-    hit_by_rule: dict[str, dict[int, float]] = field(default_factory=dict)
-    """hit@B under every rule of :data:`RULES`."""
+    evidence_precision: float | None = None
+    """At ``k``: share of returned characters inside gold evidence."""
+    by_rule: dict[str, dict[int, BudgetStats]] = field(default_factory=dict)
+    """Every budget under every rule of :data:`RULES`: hit, recall, precision, tokens."""
+    main_rule: str = "cut-tokens"
+    """The rule of :attr:`hit_at`: ``told`` when a budget option was named."""
     seconds: float = 0.0
     per_question: list[Score] = field(default_factory=list, repr=False)
+
+    @property
+    def hit_by_rule(self) -> dict[str, dict[int, float]]:
+        """hit@B under every rule."""
+        return {r: {b: s.hit for b, s in v.items()} for r, v in self.by_rule.items()}
+
+    @property
+    def hit_at(self) -> dict[int, float]:
+        """hit@B under :attr:`main_rule`."""
+        return {b: s.hit for b, s in self.by_rule.get(self.main_rule, {}).items()}
+
+    @property
+    def recall_at(self) -> dict[int, float | None]:
+        """Evidence recall at each budget under :attr:`main_rule`."""
+        return {b: s.recall for b, s in self.by_rule.get(self.main_rule, {}).items()}
+
+    @property
+    def tokens_at(self) -> dict[int, float]:
+        """Mean tokens returned at each budget under :attr:`main_rule`."""
+        return {b: s.tokens for b, s in self.by_rule.get(self.main_rule, {}).items()}
+
+    @property
+    def precision_at(self) -> dict[int, float | None]:
+        """Evidence precision at each budget under :attr:`main_rule`."""
+        return {b: s.precision for b, s in self.by_rule.get(self.main_rule, {}).items()}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -170,8 +229,6 @@ def evaluate(
             by_rule[rule][budget].append(score(question, kept, token_counter))
         if progress is not None:
             progress(1)
-    main_rule = "told" if budget_option else "cut-tokens"
-    main = by_rule.get(main_rule, {})
     return Report(
         name=name or type(retriever).__name__,
         k=k,
@@ -180,12 +237,12 @@ def evaluate(
         answer_rate=_mean([s.answer for s in at_k]),
         evidence_recall=_mean_or_none([s.recall for s in at_k]),
         mean_tokens=_mean([s.tokens for s in at_k]),
-        hit_at={b: _mean([s.hit for s in scores]) for b, scores in main.items()},
-        recall_at={b: _mean_or_none([s.recall for s in v]) for b, v in main.items()},
-        hit_by_rule={
-            rule: {b: _mean([s.hit for s in scores]) for b, scores in per_budget.items()}
+        evidence_precision=_mean_or_none([s.precision for s in at_k if s.tokens]),
+        by_rule={
+            rule: {b: BudgetStats.of(scores) for b, scores in per_budget.items()}
             for rule, per_budget in by_rule.items()
         },
+        main_rule="told" if budget_option else "cut-tokens",
         seconds=time.perf_counter() - t0,
         per_question=at_k,
     )
@@ -234,29 +291,43 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}"
 
 
-def budget_table(reports: Sequence[Report], rule: str = "cut-tokens") -> str:
-    """hit@B of every report under one rule: a row per retriever, a column per budget."""
-    budgets = sorted({b for r in reports for b in r.hit_by_rule.get(rule, {})})
+def budget_table(reports: Sequence[Report], rule: str = "cut-tokens", metric: str = "hit") -> str:
+    """One metric of every report under one rule: a row per retriever, a column per budget.
+
+    ``metric``: one of :data:`METRICS` (rates to three decimals, tokens whole).
+    """
+    if metric not in METRICS:
+        msg = f"Unknown metric {metric!r}; allowed: {list(METRICS)}."
+        raise ValueError(msg)
+    budgets = sorted({b for r in reports for b in r.by_rule.get(rule, {})})
+    title = rule if metric == "hit" else f"{rule}, {metric}"
     lines = [
-        f"| retriever ({rule}) | " + " | ".join(f"{b}" for b in budgets) + " |",
+        f"| retriever ({title}) | " + " | ".join(f"{b}" for b in budgets) + " |",
         "|---|" + "---:|" * len(budgets),
     ]
     for r in reports:
-        rates = r.hit_by_rule.get(rule, {})
-        cells = [f"{rates[b]:.3f}" if b in rates else "n/a" for b in budgets]
+        stats = r.by_rule.get(rule, {})
+        cells = [_cell(getattr(stats[b], metric), metric) if b in stats else "n/a" for b in budgets]
         lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(value: float | None, metric: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if metric == "tokens" else f"{value:.3f}"
 
 
 def markdown_table(reports: Sequence[Report]) -> str:
     """A markdown comparison table (rates in percent)."""
     budgets = sorted({b for r in reports for b in r.hit_at})
     head = ["retriever", "k", "tokens", "hit %", "answer %", "evidence recall %"]
+    head += ["evidence precision %"]
     head += [f"hit@{b} %" for b in budgets]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in reports:
         cells = [r.name, str(r.k), f"{r.mean_tokens:.0f}", _pct(r.hit_rate), _pct(r.answer_rate)]
-        cells.append(_pct(r.evidence_recall))
+        cells += [_pct(r.evidence_recall), _pct(r.evidence_precision)]
         cells += [_pct(r.hit_at.get(b)) for b in budgets]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -6,6 +6,11 @@
 - **answer**: a gold answer string occurs in the returned text, whatever the spans.
 - **evidence recall**: the share of gold evidence characters inside the
   returned spans of the right document.
+- **evidence precision**: the share of returned characters that lie inside
+  gold evidence (Chroma's token-level precision, "Evaluating Chunking
+  Strategies", counted in characters: the default counter is characters / 4).
+  Every returned character counts, in whatever document, as often as it is
+  returned: it is what the caller pays for.
 - **tokens**: the ``token_counter``'s count of the returned texts (default
   :func:`~langchain_s2b.core.budget.approximate_tokens`).
 
@@ -111,6 +116,9 @@ class Score:
     answer: bool
     recall: float | None
     tokens: int
+    precision: float | None = None
+    """Share of returned characters inside gold evidence (``None``: nothing returned, or a
+    piece without a span)."""
 
 
 def score(
@@ -133,7 +141,10 @@ def score(
     inside = sum(_covered(ev, spans) for ev in merged)
     total = sum(e - s for s, e in merged)
     hit = any(_covered(ev, spans) == ev[1] - ev[0] for ev in question.evidence)
-    return Score(hit, answer, inside / total if total else None, tokens)
+    returned = sum(len(p.text) for p in parts)
+    useful = sum(_covered(span, merged) for span in spans)
+    precision = useful / returned if returned else None
+    return Score(hit, answer, inside / total if total else None, tokens, precision)
 
 
 def _union(spans: Iterable[Span]) -> list[Span]:

@@ -15,8 +15,10 @@ from langchain_s2b.core.splitters import SentenceSplitter, paragraph_splitter, s
 from langchain_s2b.evaluation import (
     BUDGETS,
     RULES,
+    BudgetStats,
     Piece,
     Question,
+    Score,
     budget_table,
     cut,
     evaluate,
@@ -83,6 +85,31 @@ class TestScore:
         question = _q(("a",), ((0, 10), (5, 15)))
         result = score(question, [Piece("x" * 15, "d", 0, 15)])
         assert result.recall == pytest.approx(1.0)
+
+    @pytest.mark.parametrize(
+        ("parts", "precision"),
+        [
+            ([Piece("Rollo", "d", 0, 5)], 1.0),  # all of it is evidence
+            ([Piece("Rollo was", "d", 0, 9)], 7 / 9),  # 0-5 and 7-9
+            ([Piece("x" * 20, "d", 100, 120)], 0.0),  # nothing of it is evidence
+            # another document's text is paid for and is not evidence: 5 of 5 + 10 chars
+            ([Piece("Rollo", "d", 0, 5), Piece("y" * 10, "other", 0, 10)], 5 / 15),
+            # the same span twice is paid twice: 8 (0-5, 7-10) of 10, twice
+            ([Piece("Rollo was ", "d", 0, 10)] * 2, 16 / 20),
+            ([Piece("rollo, without a span")], None),
+            ([], None),
+        ],
+        ids=["exact", "part", "none", "other-doc", "twice", "no-span", "empty"],
+    )
+    def test_precision_is_the_share_of_returned_characters_inside_evidence(
+        self, parts: list[Piece], precision: float | None
+    ) -> None:
+        # evidence: "Rollo" at 0-5 and a second span at 7-12 ("as th" of "Rollo was the")
+        result = score(_q(("Rollo",), ((0, 5), (7, 12))), parts)
+        if precision is None:
+            assert result.precision is None
+        else:
+            assert result.precision == pytest.approx(precision)
 
 
 class TestCut:
@@ -309,7 +336,8 @@ def test_markdown_table() -> None:
     ]
     lines = markdown_table(reports).splitlines()
     assert lines[0] == (
-        "| retriever | k | tokens | hit % | answer % | evidence recall % | hit@8 % | hit@64 % |"
+        "| retriever | k | tokens | hit % | answer % | evidence recall % "
+        "| evidence precision % | hit@8 % | hit@64 % |"
     )
     assert lines[2].startswith("| sentences | 1 | ")
     assert lines[2].split(" | ")[3:6] == ["100.0", "100.0", "100.0"]
@@ -327,6 +355,39 @@ def test_budget_table() -> None:
         "|---|---:|---:|",
         "| sentences | 0.333 | 1.000 |",
     ]
+
+
+def test_budget_stats_report_what_the_caller_pays() -> None:
+    scores = [
+        Score(True, True, 1.0, 10, 0.5),
+        Score(False, False, 0.0, 30, 0.0),
+        Score(False, False, 0.0, 0, None),  # nothing returned: no precision to average
+    ]
+    assert BudgetStats.of(scores) == BudgetStats(
+        hit=pytest.approx(1 / 3), recall=pytest.approx(1 / 3), precision=0.25, tokens=40 / 3
+    )
+
+
+def test_every_budget_reports_tokens_recall_and_precision() -> None:
+    plain = chunk_retriever(_docs(), BagOfWords(), SentenceSplitter())
+    report = evaluate(plain, _questions(), name="sentences", k=1, budgets=(4, 64))
+    # 4 tokens of each best sentence (16 chars): "Rollo was the le" holds "Rollo"; the
+    # other two cut before their answers. Tokens: 4 each
+    stats = report.by_rule["cut-tokens"][4]
+    assert stats.hit == pytest.approx(1 / 3)
+    assert stats.tokens == 4.0
+    assert stats.precision == pytest.approx((5 / 16) / 3)
+    assert report.tokens_at == {4: 4.0, 64: 64.0}  # every sentence, the last one cut
+    assert budget_table([report], "cut-tokens", "tokens").splitlines() == [
+        "| retriever (cut-tokens, tokens) | 4 | 64 |",
+        "|---|---:|---:|",
+        "| sentences | 4 | 64 |",
+    ]
+    assert budget_table([report], "cut-tokens", "precision").splitlines()[2] == (
+        "| sentences | 0.104 | 0.062 |"
+    )
+    with pytest.raises(ValueError, match=r"Unknown metric 'speed'; allowed: \['hit', "):
+        budget_table([report], "told", "speed")
 
 
 def test_pieces_read_spans_from_metadata() -> None:
