@@ -28,18 +28,26 @@ The contract, written once here:
   context is the lowest node that holds all evidence. When the contexts
   together exceed 1,024 tokens, the budget rule below applies with 1,024 and
   its first ``k`` results are returned.
-* **max_tokens (every mode).** ``fetch`` doubles until the best hits' own
-  text reaches the budget (or the search is exhausted; a hit longer than the
-  budget counts nothing towards it); those hits are the
-  seeds, rank ``r`` from 0. ``d`` is the largest integer with ``2 ** d`` at most
-  the number of seeds (at least 1). A leaf at most ``d`` from a seed, and inside
-  the seed's reach (window: ``before``/``after``; parent: the seed's parent;
-  multilevel: its source), is worth ``1 / (r + 1) / 2 ** distance``, summed over
-  the seeds. Repeatedly the most valuable leaf that is a seed or touches a
+* **max_tokens (every mode): a ceiling.** One search ``fetch_k`` deep (deeper,
+  doubling, only while fewer than ``fetch_k`` hits came back because a group
+  of equal scores above 0 and within ``margin`` of the best was left out at
+  the cut). The seeds are the evidence: among the first ``fetch_k`` hits, the
+  ones scoring above 0 and within ``margin`` of the best, rank ``r`` from 0,
+  weight ``1 / (r + 1)``.
+  If no seed's own text fits the budget, nothing comes back. A leaf inside a
+  seed's reach (window: ``before``/``after``; parent: the seed's parent;
+  multilevel: its source) is worth ``weight / 2 ** distance``, summed over the
+  seeds; the floor is the weakest seed's weight, or half the best one's if
+  that is less. First every seed is chosen, best first, if its tokens
+  (``ceil(chars / 4)``, or the token counter's) fit what is left. Then,
+  repeatedly, the most valuable leaf worth at least the floor that touches a
   chosen leaf (ties: nearer a seed, then source key, then split id) is chosen
-  if its ``ceil(chars / 4)`` tokens fit what is left, else never again. Each
-  run of consecutive chosen leaves is a result (``escalation`` ``"budget"``),
-  ranked by the best seed inside.
+  if it fits what is left, else never again. Each run of consecutive chosen
+  leaves is a result (``escalation`` ``"budget"``, its ``split_ids`` and
+  ``tokens``), ranked by the best seed inside; in multilevel mode each carries
+  the ``context`` of its source (sources numbered by their best result). A
+  counter that charges the merged runs more than the budget gets the last
+  chosen leaves back until they fit.
 """
 
 from __future__ import annotations
@@ -267,6 +275,8 @@ class Settings:
     coalesce: bool = True
     max_tokens: int | None = None
     margin: float = 0.1
+    token_counter: Callable[[str], int] | None = None
+    """``None``: ``ceil(chars / 4)``."""
 
 
 MULTILEVEL_BUDGET = 1024
@@ -390,80 +400,115 @@ def part(evidence: list[Hit], p: Part, rank_no: int) -> Document:
 
 def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Document]:
     """The budget rule of the module docstring, step by step."""
-    fetch = max(s.fetch_k, s.k)
+    count = s.token_counter or (lambda text: tokens(len(text)))
+    fetch = s.fetch_k
     while True:
-        hits, exhausted = settle(sorted(oracle(fetch), key=lambda h: h.order), fetch)
+        ranked = sorted(oracle(fetch), key=lambda h: h.order)
+        hits, exhausted = settle(ranked, fetch)
         hits = sorted(hits, key=lambda h: h.order)
-        seeds, used = [], 0
-        for hit in hits:
-            if used >= budget:
-                break
-            seeds.append(hit)
-            cost = tokens(hit.node.end - hit.node.start)
-            used += cost if cost <= budget else 0
-        if used >= budget or exhausted:
+        tied = ranked[fetch - 1].score if not exhausted and len(hits) < fetch else None
+        # a group of equal scores left out at the cut is searched for whole if it may count
+        if tied is None or tied <= 0 or len(hits) >= s.fetch_k:
+            break
+        if hits and tied < hits[0].score - s.margin:
             break
         fetch *= 2
-    d = 1
-    while 2 ** (d + 1) <= len(seeds):
-        d += 1
+    best = max((h.score for h in hits), default=0.0)
+    seeds = [h for h in hits[: s.fetch_k] if h.score > 0 and h.score >= best - s.margin]
+
+    def text(node: Node) -> str:
+        return node.source.text[node.start : node.end]
+
+    if not any(count(text(h.node)) <= budget for h in seeds):
+        return []
+    weight = [1.0 / (r + 1) for r in range(len(seeds))]
+    floor = min(min(weight), 0.5 * max(weight))
     value: dict[tuple[str, int], float] = {}
     nodes: dict[tuple[str, int], Node] = {}
+    seen: set[tuple[str, int]] = set()
     for r, seed in enumerate(seeds):
-        for node in reach(seed.node, mode, s, d):
+        here = (seed.node.source.key, seed.node.split_id)
+        if here in seen:
+            continue
+        seen.add(here)
+        for node in reach(seed.node, mode, s):
             place = (node.source.key, node.split_id)
-            value[place] = value.get(place, 0.0) + 1.0 / (r + 1) * 0.5 ** abs(
-                node.split_id - seed.node.split_id
-            )
+            distance = abs(node.split_id - seed.node.split_id)
+            value[place] = value.get(place, 0.0) + weight[r] * 0.5**distance
             nodes[place] = node
-    seed_at = {(h.node.source.key, h.node.split_id): r for r, h in enumerate(seeds)}
+    seed_at: dict[tuple[str, int], int] = {}
+    for r, h in enumerate(seeds):
+        seed_at.setdefault((h.node.source.key, h.node.split_id), r)
 
     def nearest(place: tuple[str, int]) -> int:
         return min(abs(place[1] - p[1]) for p in seed_at if p[0] == place[0])
 
     chosen: list[tuple[str, int]] = []
-    dropped: set[tuple[str, int]] = set()
     left = budget
-    while left > 0:
+    for place in seed_at:  # the hits first, best first, each if it fits
+        cost = count(text(nodes[place]))
+        if cost <= left:
+            chosen.append(place)
+            left -= cost
+    dropped: set[tuple[str, int]] = set()
+    while left > 0:  # then context, most valuable first, never below the floor
         open_ = [
             p
             for p in value
             if p not in chosen
             and p not in dropped
-            and (p in seed_at or (p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
+            and value[p] >= floor
+            and ((p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
         ]
         if not open_:
             break
-        best = min(open_, key=lambda p: (-value[p], nearest(p), p[0], p[1]))
-        cost = tokens(nodes[best].end - nodes[best].start)
+        pick = min(open_, key=lambda p: (-value[p], nearest(p), p[0], p[1]))
+        cost = count(text(nodes[pick]))
         if cost <= left:
-            chosen.append(best)
+            chosen.append(pick)
             left -= cost
         else:
-            dropped.add(best)
+            dropped.add(pick)
+
+    def spans(places: list[tuple[str, int]]) -> list[tuple[Node, int, int]]:
+        out = []
+        for run in runs_of(sorted(places)):
+            first = nodes[run[0]]
+            out.append((first, first.start, max(nodes[p].end for p in run)))
+        return out
+
+    # a counter that charges merged text more than its parts: the last chosen go back
+    while sum(count(n.source.text[a:b]) for n, a, b in spans(chosen)) > budget:
+        chosen.pop()
     docs = []
     for run in runs_of(sorted(chosen)):
         first, last = nodes[run[0]], nodes[run[-1]]
         inside = [seeds[seed_at[p]] for p in run if p in seed_at]
+        start, end = first.start, max(nodes[p].end for p in run)
         doc = result(
             first.source,
-            first.start,
-            last.end,
+            start,
+            end,
             inside,
             mode,
             first.level,
             escalation="budget",
             split_ids=[p[1] for p in run],
-            tokens=tokens(last.end - first.start),
+            tokens=count(first.source.text[start:end]),
         )
         docs.append((min(seed_at[p] for p in run if p in seed_at), doc))
-    return [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+    ordered = [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+    if mode == "multilevel":
+        contexts: dict[str, int] = {}
+        for doc in ordered:
+            doc.metadata["context"] = contexts.setdefault(doc.metadata["source_id"], len(contexts))
+    return ordered
 
 
-def reach(node: Node, mode: str, s: Settings, d: int) -> list[Node]:
-    """The leaves a seed may grow into."""
+def reach(node: Node, mode: str, s: Settings) -> list[Node]:
+    """The leaves a seed may grow into: its window, its parent, or its whole source."""
     level = node.source.levels[node.level]
-    lo, hi = max(0, node.split_id - d), min(len(level) - 1, node.split_id + d)
+    lo, hi = 0, len(level) - 1
     if mode == "window":
         lo, hi = max(lo, node.split_id - s.before), min(hi, node.split_id + s.after)
     out = level[lo : hi + 1]
@@ -495,7 +540,8 @@ def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
     if s.max_tokens is not None:
         return budgeted(mode, oracle, s, s.max_tokens)
     docs = by_k(mode, oracle, s)
-    if mode == "multilevel" and sum(tokens(len(d.page_content)) for d in docs) > MULTILEVEL_BUDGET:
+    count = s.token_counter or (lambda text: tokens(len(text)))
+    if mode == "multilevel" and sum(count(d.page_content) for d in docs) > MULTILEVEL_BUDGET:
         return budgeted(mode, oracle, s, MULTILEVEL_BUDGET)[: s.k]
     return docs
 

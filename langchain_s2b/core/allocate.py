@@ -1,28 +1,27 @@
-"""Spending a token budget: which leaves around the ranked hits to return, as contiguous runs.
+"""Spending a token budget as a ceiling: the hits first, then the context worth most.
 
-Every mode hands the allocator the same things: the ranked hits (as
-:class:`Seed` objects, each with the range of leaves it may grow into, which is
-where the mode's shape lives: a window, a parent, a document), the fetched
-leaves around them, a budget and a ``token_counter``.
+Every mode hands the allocator the same things: the *seeds* (the hits that
+count as evidence, best first, as :class:`Seed` objects, each with its weight
+and the range of leaves it may grow into, which is where the mode's shape
+lives: a window, a parent, a document), the fetched leaves around them, a
+budget and a ``token_counter``.
+
+**Hits first.** Every seed is placed, best first, if its own leaf fits what
+is left of the budget; one that does not fit is passed over, never cut. No
+context is chosen while a seed is unplaced.
 
 **Value.** A leaf is worth, summed over the seeds that reach it,
-``1 / (rank + 1) * decay ** distance``: a seed's own leaf is worth the
-reciprocal of its rank, and each step away from it halves that (with the
-default ``decay = 0.5``). On the dev set the answer lies in the best hit two
-times in three and one leaf away from it more often than in the third hit,
-and this rule ranks exactly those alternatives (see the README's budget
-section). Summing over seeds lets two nearby hits pull in the text between
-them.
+``weight * decay ** distance``: a seed's own leaf is worth its weight, and
+each step away from it halves that (with the default ``decay = 0.5``).
+Summing over seeds lets two nearby hits pull in the text between them.
 
-**Choice.** Breadth-first by value: the most valuable leaf that is a seed or
-touches an already chosen leaf is taken if it fits what is left of the budget,
-else dropped for good (what is left only shrinks). So the best distinct hits
-come first, then context grows outwards around them, each step the one worth
-most; every run holds a hit, and a leaf is never cut. When all leaves cost the
-same, the chosen leaves have the greatest total value any choice of that many
-leaves has (the tests check this against brute force): a leaf that is not a
-seed always has a neighbour worth at least as much, so the ``m`` most valuable
-leaves are connected to seeds.
+**Context, breadth first.** Then the most valuable leaf that touches an
+already chosen one is taken if it fits what is left, else dropped for good
+(what is left only shrinks). A leaf worth less than the *floor* is never
+taken: the floor is the weakest seed's weight (or the value of the best seed's
+next-door neighbour, if that is lower: a lone hit keeps its neighbours), so
+context stops where a sentence is worth less than the weakest hit itself. A
+budget larger than what is relevant therefore comes back partly unspent.
 
 **Budget.** Leaves are charged ``token_counter(leaf text)``. The runs are then
 merged exactly by offsets and counted again as the caller will see them; if a
@@ -50,17 +49,29 @@ DECAY = 0.5
 
 @dataclass(frozen=True)
 class Seed:
-    """A ranked hit (its leaf) and the leaves ``[lo, hi]`` it may grow into."""
+    """A hit that counts as evidence: its leaf, weight and reach (leaves ``[lo, hi]``)."""
 
     source: str
     split: int
     lo: int
     hi: int
+    weight: float
+    span: tuple[int, int] | None = None
+    """Characters ``[start, end)`` a leaf must lie in to be reached (its parent), if bounded."""
 
     def __post_init__(self) -> None:
         if not self.lo <= self.split <= self.hi:
             msg = f"Seed reach [{self.lo}, {self.hi}] must hold its own leaf {self.split}."
             raise ValueError(msg)
+        if not self.weight > 0:
+            msg = f"A seed's weight must be above 0; got {self.weight!r}."
+            raise ValueError(msg)
+
+    def reaches(self, split: int, leaf: Chunk) -> bool:
+        """Whether the leaf ``split`` (of this seed's source) is in reach."""
+        if not self.lo <= split <= self.hi:
+            return False
+        return self.span is None or (self.span[0] <= leaf.start and leaf.end <= self.span[1])
 
 
 @dataclass(frozen=True)
@@ -79,23 +90,55 @@ class Run:
     tokens: int
 
 
+def floor_value(weights: Sequence[float], decay: float = DECAY) -> float:
+    """The least value a context leaf must have: the weakest seed's weight.
+
+    Never above the value of the best seed's next-door neighbour, so a lone
+    hit (or one far stronger than the rest) still brings its neighbours.
+    """
+    if not weights:
+        return 0.0
+    return min(min(weights), decay * max(weights))
+
+
+def reach(weights: Sequence[float], decay: float = DECAY) -> int:
+    """How far from its nearest seed a leaf can be and still reach the floor.
+
+    A leaf ``d`` steps from every seed is worth at most
+    ``sum(weights) * decay ** d``; this is the largest ``d`` for which that
+    bound is not below :func:`floor_value` (0 without seeds).
+    """
+    if not weights:
+        return 0
+    total, floor = sum(weights), floor_value(weights, decay)
+    distance = 0
+    while total * decay ** (distance + 1) >= floor:
+        distance += 1
+    return distance
+
+
 def leaf_values(
-    seeds: Sequence[Seed], decay: float = DECAY, max_distance: int | None = None
+    seeds: Sequence[Seed], leaves: Mapping[LeafId, Chunk], decay: float = DECAY
 ) -> dict[LeafId, float]:
-    """Each reachable leaf's value, summed over the seeds (a repeated seed counts once)."""
-    values: dict[LeafId, float] = {}
+    """The value of each of ``leaves`` some seed reaches, summed over the seeds.
+
+    A repeated seed counts once; seeds are summed in rank order.
+    """
+    by_source: dict[str, list[Seed]] = {}
     seen: set[LeafId] = set()
-    for rank, seed in enumerate(seeds):
-        if (seed.source, seed.split) in seen:
-            continue
-        seen.add((seed.source, seed.split))
-        lo, hi = seed.lo, seed.hi
-        if max_distance is not None:
-            lo, hi = max(lo, seed.split - max_distance), min(hi, seed.split + max_distance)
-        weight = 1.0 / (rank + 1)
-        for split in range(lo, hi + 1):
-            leaf = (seed.source, split)
-            values[leaf] = values.get(leaf, 0.0) + weight * decay ** abs(split - seed.split)
+    for seed in seeds:
+        if (seed.source, seed.split) not in seen:
+            seen.add((seed.source, seed.split))
+            by_source.setdefault(seed.source, []).append(seed)
+    values: dict[LeafId, float] = {}
+    for (source, split), leaf in leaves.items():
+        value, reached = 0.0, False
+        for seed in by_source.get(source, ()):
+            if seed.reaches(split, leaf):
+                value += seed.weight * decay ** abs(split - seed.split)
+                reached = True
+        if reached:
+            values[(source, split)] = value
     return values
 
 
@@ -106,18 +149,16 @@ def allocate(
     token_counter: TokenCounter,
     *,
     decay: float = DECAY,
-    max_distance: int | None = None,
 ) -> list[Run]:
-    """Choose whole leaves around ``seeds`` within ``budget``; runs best seed first.
+    """Place the seeds, then grow context by value, within ``budget``; runs best seed first.
 
     Args:
-        seeds: the hits, best first (rank = position).
+        seeds: the evidence, best first (rank = position).
         leaves: the fetched leaves by ``(source, split)``; a leaf that is
             absent (deleted, never fetched) is never chosen, and a run ends there.
         budget: tokens for all runs together.
         token_counter: text -> tokens.
         decay: value factor per step away from a seed (``0 < decay < 1``).
-        max_distance: grow at most this many leaves from a seed (``None``: its reach).
     """
     if budget < 0:
         msg = f"budget must be 0 or more tokens; got {budget!r}."
@@ -125,13 +166,34 @@ def allocate(
     if not 0 < decay < 1:
         msg = f"decay must be between 0 and 1 (exclusive); got {decay!r}."
         raise ValueError(msg)
-    values = {k: v for k, v in leaf_values(seeds, decay, max_distance).items() if k in leaves}
-    chosen = _grow(seeds, values, _distances(seeds), leaves, budget, token_counter)
+    floor = floor_value([seed.weight for seed in seeds], decay)
+    values = {leaf: v for leaf, v in leaf_values(seeds, leaves, decay).items() if v >= floor}
+    chosen, left = _place(seeds, leaves, budget, token_counter)
+    chosen += _grow(chosen, values, _distances(seeds), leaves, left, token_counter)
     while True:
         runs = _runs(chosen, seeds, leaves, token_counter)
         if sum(run.tokens for run in runs) <= budget:
             return runs
         chosen.pop()
+
+
+def _place(
+    seeds: Sequence[Seed], leaves: Mapping[LeafId, Chunk], budget: int, token_counter: TokenCounter
+) -> tuple[list[LeafId], int]:
+    """The seeds' own leaves, best first, each if it fits; and what is left of the budget."""
+    chosen: list[LeafId] = []
+    taken: set[LeafId] = set()
+    left = budget
+    for seed in seeds:
+        leaf = (seed.source, seed.split)
+        if leaf in taken or leaf not in leaves:
+            continue
+        cost = token_counter(leaves[leaf].text)
+        if cost <= left:
+            left -= cost
+            chosen.append(leaf)
+            taken.add(leaf)
+    return chosen, left
 
 
 def _distances(seeds: Sequence[Seed]) -> Callable[[LeafId], int]:
@@ -154,28 +216,29 @@ def _distances(seeds: Sequence[Seed]) -> Callable[[LeafId], int]:
 
 
 def _grow(
-    seeds: Sequence[Seed],
+    placed: Sequence[LeafId],
     values: Mapping[LeafId, float],
     distance: Callable[[LeafId], int],
     leaves: Mapping[LeafId, Chunk],
     budget: int,
     token_counter: TokenCounter,
 ) -> list[LeafId]:
-    """Chosen leaves in the order they were taken (the breadth-first greedy).
+    """Context leaves in the order they were taken (the breadth-first greedy).
 
-    Ties in value go to the leaf nearer a seed (a hit before context), then by
-    position, so the choice does not depend on the order of the input.
+    Ties in value go to the leaf nearer a seed, then by position, so the
+    choice does not depend on the order of the input.
     """
     heap: list[tuple[float, int, str, int]] = []
-    queued: set[LeafId] = set()
+    queued: set[LeafId] = set(placed)
 
     def offer(leaf: LeafId) -> None:
         if leaf in values and leaf not in queued:
             queued.add(leaf)
             heapq.heappush(heap, (-values[leaf], distance(leaf), leaf[0], leaf[1]))
 
-    for seed in seeds:
-        offer((seed.source, seed.split))
+    for source, split in placed:
+        offer((source, split - 1))
+        offer((source, split + 1))
     chosen: list[LeafId] = []
     left = budget
     while heap and left > 0:

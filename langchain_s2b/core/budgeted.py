@@ -1,42 +1,36 @@
-"""Retrieval told a budget: seeds from the best hits, each mode's reach, one fetch, allocation.
+"""Retrieval told a budget: the evidence seeds it, hits first, context while it is worth it.
 
-With ``max_tokens`` every mode fills the budget the same way
-(:mod:`~langchain_s2b.core.allocate`); the mode only says how far context may
-grow around a hit:
+``max_tokens`` is a ceiling, not a target. With it, every mode spends the
+budget the same way (:mod:`~langchain_s2b.core.allocate`); the mode only says
+how far context may grow around a hit:
 
 - ``window``: ``window_before``/``window_after`` leaves;
 - ``parent``: inside the hit's parent (``parent_level``);
 - ``multilevel``: up the whole ladder, paragraph, section, document.
 
-The *seeds* are the best distinct hits, taken until their own text alone
-would fill the budget (a hit longer than the budget does not count), so a
-larger budget looks deeper. A leaf further than
-``log(seeds) / log(1 / decay)`` leaves from a seed is worth less than the
-weakest seed itself, so no neighbourhood reaches further than that, and every
-leaf that can be chosen is fetched in one batched ``mget`` before the
-allocator counts real tokens.
+One search (and, with ``hybrid``, one BM25 search fused with it) ranks the
+children. The *seeds* are the hits that would count as evidence without a
+budget (:func:`evidence`): among the ``fetch_k`` best, a score above 0 and
+within ``margin`` of the best score. Nothing else seeds the budget, so a
+budget larger than what is relevant comes back partly unspent, and a budget
+below every hit returns nothing after that one search. Every leaf a seed may
+grow into (up to :func:`~langchain_s2b.core.allocate.reach` leaves away) is
+fetched in one batched ``mget``; the docstore's nodes are the text returned.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.allocate import DECAY, LeafId, Run, Seed, allocate
+from langchain_s2b.core.allocate import LeafId, Run, Seed, allocate, reach
 from langchain_s2b.core.budget import TokenCounter
-from langchain_s2b.core.filters import Filter, matches_filter
 from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, z_fuse
-from langchain_s2b.core.hits import (
-    Group,
-    Hit,
-    dedupe_hits,
-    hit_from_child,
-    result_metadata,
-    with_score,
-)
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, result_metadata
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
@@ -52,6 +46,7 @@ from langchain_s2b.core.requests import (
     ask,
 )
 
+logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, Document | None]
 
 
@@ -79,100 +74,115 @@ class Shape:
         return cls(params.mode)
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One query's hits, best first (``score``: the cosine), and their fused scores (hybrid)."""
+
+    hits: list[Hit]
+    fused: dict[str, float] | None = None
+
+
 def retrieve_within(
-    query: str, params: QueryParams, budget: int, vector: Vector | None = None
+    query: str, params: QueryParams, budget: int, on_missing: str, vector: Vector | None = None
 ) -> Op[list[Document]]:
-    """Search until the best hits fill ``budget``, fetch their neighbourhoods once, allocate.
+    """Seed the budget with the evidence, fetch its neighbourhoods once, allocate.
 
     ``vector``: the query's vector when the caller has embedded it already.
     """
-    counter = params.token_counter
     if vector is None:
         vector = yield from ask(EmbedQuery(query))
-    fetch = max(params.fetch_k, params.k, TOP_N if params.hybrid else 0)
-    while True:
-        found, exhausted = yield from ask(Search(vector, query, fetch, params.filter))
-        hits = dedupe_hits(found)
-        if params.hybrid:
-            hits = yield from fused(hits, query, fetch, params.filter)
-        seeds, filled = seed_hits(hits, budget, counter)
-        if filled or exhausted:
-            break
-        fetch *= 2
+    ranked = yield from rank(query, vector, params)
+    seeds = evidence(ranked.hits, params.fetch_k, params.margin)
+    counter = params.token_counter
+    if not any(counter(hit.text) <= budget for hit in seeds):
+        return []  # not one hit fits: nothing to fetch
     shape = Shape.of(params)
-    distance = reach_distance(len(seeds))
+    weights = seed_weights(seeds)
+    distance = reach(weights)
     keys = leaf_keys(seeds, shape, distance)
-    values: list[Document | None] = []
-    if keys:
-        values = yield from ask(Fetch(keys))
-    return fill(seeds, shape, distance, dict(zip(keys, values, strict=True)), budget, counter)
+    values = yield from ask(Fetch(keys))
+    fetched = dict(zip(keys, values, strict=True))
+    present = present_seeds(seeds, fetched, on_missing)
+    seeds = [seeds[i] for i in present]
+    weights = [weights[i] for i in present]
+    return fill(seeds, weights, shape, fetched, budget, counter, ranked.fused)
 
 
-def fused(hits: Sequence[Hit], query: str, n: int, flt: object) -> Op[list[Hit]]:
-    """Dense hits fused with the ``n`` best lexical ones (z-scores); score = the fused score.
+def rank(query: str, vector: Vector, params: QueryParams) -> Op[Ranked]:
+    """One search, deep enough for the evidence (and for fusion's top-N lists).
 
-    Leaves only the lexical list found must pass the same filter; they are read
-    from the child index's own records (FAISS), else from the docstore (one fetch).
+    Deeper only when a group of equal scores that could be evidence straddles
+    the cut (the search left it out whole), so that all of it is seen.
+    """
+    depth = max(params.fetch_k, TOP_N if params.hybrid else 0)
+    while True:
+        found = yield from ask(Search(vector, query, depth, params.filter))
+        hits = dedupe_hits(found.hits)
+        if found.exhausted or not _tie_may_count(hits, found.tied, params):
+            break
+        depth *= 2
+    if not params.hybrid:
+        return Ranked(hits)
+    return (yield from fused(hits, query, vector, depth, params.filter))
+
+
+def _tie_may_count(hits: Sequence[Hit], tied: float | None, params: QueryParams) -> bool:
+    """Whether a group of equal scores left out by a search may hold evidence."""
+    if tied is None or tied <= 0 or len(hits) >= params.fetch_k:
+        return False
+    return not hits or tied >= hits[0].score - params.margin
+
+
+def fused(hits: Sequence[Hit], query: str, vector: Vector, n: int, flt: object) -> Op[Ranked]:
+    """Dense hits fused with the ``n`` best lexical ones by z-scores.
+
+    Leaves only the lexical list found are scored against the query vector by
+    the child index (their cosine, as a search would give it) and must pass the
+    same filter; one it can not score is left out.
     """
     lexical = yield from ask(SearchText(query, n))
     by_key = {hit.key: hit for hit in hits}
     missing = [key for key, _ in lexical if key not in by_key]
     if missing:
-        held = yield from ask(LeafHits(missing, flt))
-        if held is not None:
-            by_key.update((key, hit) for key, hit in held.items() if hit is not None)
-            missing = [key for key in missing if key not in held]
-    if missing:
-        docs = yield from ask(Fetch(missing))
-        for key, doc in zip(missing, docs, strict=True):
-            wanted = doc is not None and "source_key" in doc.metadata
-            if doc is not None and wanted and matches_filter(doc.metadata, cast("Filter", flt)):
-                by_key[key] = hit_from_child(doc, 0.0)
+        scored = yield from ask(LeafHits(missing, flt, vector))
+        by_key.update(scored)
     ranked = z_fuse(
         [(hit.key, hit.score) for hit in hits],
         [(key, score) for key, score in lexical if key in by_key],
         LEXICAL_WEIGHT,
     )
-    return [with_score(by_key[key], score) for key, score in ranked]
+    return Ranked([by_key[key] for key, _ in ranked], dict(ranked))
 
 
-def seed_hits(
-    hits: Sequence[Hit], budget: int, token_counter: TokenCounter
-) -> tuple[list[Hit], bool]:
-    """The best hits, in order, until those that fit the budget alone fill it; filled?
+def evidence(hits: Sequence[Hit], fetch_k: int, margin: float) -> list[Hit]:
+    """The hits that count as evidence, in rank order.
 
-    A hit longer than the whole budget can never be returned: it is a seed (its
-    neighbours may be worth taking) but does not count towards filling.
+    Among the ``fetch_k`` best-ranked hits, those whose score is above 0 and
+    within ``margin`` of the best score of all (the rule multilevel mode
+    escalates by). A weak stray hit, or a child that shares nothing with the
+    query, never seeds a budget.
     """
-    seeds: list[Hit] = []
-    used = 0
-    for hit in hits:
-        if used >= budget:
-            break
-        seeds.append(hit)
-        cost = token_counter(hit.text)
-        if cost <= budget:
-            used += cost
-    return seeds, used >= budget
+    if not hits:
+        return []
+    cut = max(hit.score for hit in hits) - margin
+    return [hit for hit in hits[:fetch_k] if hit.score > 0 and hit.score >= cut]
 
 
-def reach_distance(n_seeds: int, decay: float = DECAY) -> int:
-    """The farthest a leaf can be from a seed and still outweigh the weakest seed (at least 1).
+def seed_weights(seeds: Sequence[Hit]) -> list[float]:
+    """Each seed's weight: ``1 / (rank + 1)``."""
+    return [1.0 / (rank + 1) for rank in range(len(seeds))]
 
-    A leaf ``d`` steps from the best seed is worth ``decay ** d``; the weakest
-    of ``n`` seeds is worth ``1 / n`` on its own: ``d`` is the largest integer
-    with ``(1 / decay) ** d <= n``.
+
+def neighbourhood(hit: Hit, shape: Shape, distance: int | None = None) -> tuple[int, int]:
+    """The split ids ``[lo, hi]`` the mode lets ``hit`` reach, at most ``distance`` away.
+
+    A parent's bound is not applied here (see :func:`to_seeds`).
     """
-    distance = 1
-    while (1 / decay) ** (distance + 1) <= n_seeds:
-        distance += 1
-    return distance
-
-
-def neighbourhood(hit: Hit, shape: Shape, distance: int) -> tuple[int, int]:
-    """The split ids ``[lo, hi]`` around ``hit`` to fetch (before a parent bound applies)."""
-    last = hit.n_splits - 1 if hit.n_splits is not None else hit.split_id + distance
-    lo, hi = max(0, hit.split_id - distance), min(last, hit.split_id + distance)
+    if distance is None:
+        lo, hi = 0, hit.n_splits - 1 if hit.n_splits is not None else sys.maxsize
+    else:
+        last = hit.n_splits - 1 if hit.n_splits is not None else hit.split_id + distance
+        lo, hi = max(0, hit.split_id - distance), min(last, hit.split_id + distance)
     if shape.before is not None:
         lo = max(lo, hit.split_id - shape.before)
     if shape.after is not None:
@@ -181,7 +191,7 @@ def neighbourhood(hit: Hit, shape: Shape, distance: int) -> tuple[int, int]:
 
 
 def leaf_keys(seeds: Sequence[Hit], shape: Shape, distance: int) -> list[str]:
-    """Every leaf key any seed may grow into: one batched fetch."""
+    """Every leaf key any seed may grow into, its own first: one batched fetch."""
     keys: dict[str, None] = {}
     for hit in seeds:
         prefix = level_prefix(hit.source_key, hit.level)
@@ -190,71 +200,85 @@ def leaf_keys(seeds: Sequence[Hit], shape: Shape, distance: int) -> list[str]:
     return list(keys)
 
 
-def fetched_leaves(seeds: Sequence[Hit], fetched: Fetched) -> dict[LeafId, Chunk]:
-    """The fetched leaves by ``(source key, split id)``; a seed's own leaf from its hit."""
+def present_seeds(seeds: Sequence[Hit], fetched: Fetched, on_missing: str) -> list[int]:
+    """The positions of the seeds whose own node the docstore holds.
+
+    One it lacks is a :class:`MissingNodeError` (the child index and the
+    docstore disagree; the index's copy of the text is never served instead),
+    or with ``on_missing="skip"`` left out and counted in the log.
+    """
+    kept = [i for i, hit in enumerate(seeds) if fetched.get(hit.key) is not None]
+    if len(kept) < len(seeds):
+        lost = [hit.key for hit in seeds if fetched.get(hit.key) is None]
+        if on_missing == "raise":
+            msg = (
+                f"Child {lost[0]!r} is in the child index but not in the docstore; "
+                "run retriever.verify(repair=True) or pass on_missing='skip'."
+            )
+            raise MissingNodeError(msg)
+        logger.warning("Skipped %d hit(s) whose nodes are missing from the store.", len(lost))
+    return kept
+
+
+def fetched_leaves(fetched: Fetched) -> dict[LeafId, Chunk]:
+    """The fetched leaves by ``(source key, split id)``."""
     leaves: dict[LeafId, Chunk] = {}
     for doc in fetched.values():
         if doc is not None:
             chunk = chunk_of(doc)
             leaves[(str(doc.metadata["source_key"]), chunk.split_id)] = chunk
-    for hit in seeds:
-        leaves.setdefault(
-            (hit.source_key, hit.split_id), Chunk(hit.start, hit.end, hit.text, hit.split_id)
-        )
     return leaves
 
 
-def to_seeds(
-    hits: Sequence[Hit], shape: Shape, distance: int, leaves: Mapping[LeafId, Chunk]
-) -> list[Seed]:
-    """Each hit as a :class:`Seed`: its neighbourhood, and in parent mode its parent's span."""
+def to_seeds(hits: Sequence[Hit], weights: Sequence[float], shape: Shape) -> list[Seed]:
+    """Each hit as a :class:`Seed`: its weight and all the mode lets it reach.
+
+    Window: its window; parent: the leaves inside its parent's span;
+    multilevel: its whole source.
+    """
     seeds = []
-    for hit in hits:
-        lo, hi = neighbourhood(hit, shape, distance)
+    for hit, weight in zip(hits, weights, strict=True):
+        lo, hi = neighbourhood(hit, shape)
+        span = None
         if shape.inside_parent:
             level = parent_index(hit, shape.parent_level) if hit.ancestors else 0
-            lo, hi = _inside_parent(hit, level, lo, hi, leaves)
-        seeds.append(Seed(hit.source_key, hit.split_id, lo, hi))
+            if len(hit.ancestors) > level:
+                span = (hit.ancestors[level][1], hit.ancestors[level][2])
+            else:
+                lo = hi = hit.split_id
+        seeds.append(Seed(hit.source_key, hit.split_id, lo, hi, weight, span))
     return seeds
-
-
-def _inside_parent(
-    hit: Hit, level: int, lo: int, hi: int, leaves: Mapping[LeafId, Chunk]
-) -> tuple[int, int]:
-    if len(hit.ancestors) <= level:
-        return hit.split_id, hit.split_id
-    _, start, end, _ = hit.ancestors[level]
-
-    def inside(split: int) -> bool:
-        leaf = leaves.get((hit.source_key, split))
-        return leaf is not None and start <= leaf.start and leaf.end <= end
-
-    first, last = hit.split_id, hit.split_id
-    while first - 1 >= lo and inside(first - 1):
-        first -= 1
-    while last + 1 <= hi and inside(last + 1):
-        last += 1
-    return first, last
 
 
 def fill(
     hits: Sequence[Hit],
+    weights: Sequence[float],
     shape: Shape,
-    distance: int,
     fetched: Fetched,
     budget: int,
     token_counter: TokenCounter,
+    fused: Mapping[str, float] | None = None,
 ) -> list[Document]:
     """Allocate the budget over the fetched leaves; one document per run, best first."""
-    leaves = fetched_leaves(hits, fetched)
-    seeds = to_seeds(hits, shape, distance, leaves)
-    runs = allocate(seeds, leaves, budget, token_counter, max_distance=distance)
+    leaves = fetched_leaves(fetched)
+    runs = allocate(to_seeds(hits, weights, shape), leaves, budget, token_counter)
     base = {key: doc for key, doc in fetched.items() if doc is not None}
-    return [_document(run, hits, shape.mode, base) for run in runs]
+    contexts: dict[str, int] = {}
+    docs = []
+    for run in runs:
+        doc = _document(run, hits, shape.mode, base, fused)
+        if shape.mode == "multilevel":
+            doc.metadata["context"] = contexts.setdefault(run.source, len(contexts))
+        docs.append(doc)
+    return docs
 
 
 def _document(
-    run: Run, hits: Sequence[Hit], mode: str, fetched: Mapping[str, Document]
+    run: Run,
+    hits: Sequence[Hit],
+    mode: str,
+    fetched: Mapping[str, Document],
+    fused: Mapping[str, float] | None,
 ) -> Document:
     inside = [hits[rank] for rank in run.seeds]
     first = inside[0]
@@ -263,7 +287,10 @@ def _document(
     group = Group(
         first.source_key, first.source_id, keys, inside, first.level, run.start, run.end, "budget"
     )
-    present = next((fetched[key] for key in keys if key in fetched), None)
-    meta = result_metadata(group, mode, present.metadata if present is not None else {})
+    meta = result_metadata(group, mode, fetched[first.key].metadata)
     meta.update(split_ids=list(range(run.first, run.last + 1)), tokens=run.tokens)
+    if fused is not None:
+        meta["fused_score"] = fused[first.key]
+        for match in meta["matches"]:
+            match["fused_score"] = fused[match["key"]]
     return Document(page_content=run.text, metadata=meta)

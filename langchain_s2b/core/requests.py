@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
 
@@ -20,8 +20,15 @@ T = TypeVar("T")
 A = TypeVar("A", covariant=True)
 Vector = list[float] | None
 """A query vector; ``None`` when the child index embeds queries itself."""
-Found = tuple[list[Hit], bool]
-"""A search's hits, best first, and whether the index is exhausted."""
+
+
+class Found(NamedTuple):
+    """A search's hits, best first, and whether the index is exhausted."""
+
+    hits: list[Hit]
+    exhausted: bool
+    tied: float | None = None
+    """The score of a group of equal scores that the cut left out (``None``: none was)."""
 
 
 class Request(Generic[A]):
@@ -61,16 +68,16 @@ class SearchText(Request[list[tuple[str, float]]]):
 
 
 @dataclass(frozen=True)
-class LeafHits(Request[dict[str, Hit | None] | None]):
-    """Hits (score ``0``) of these leaves from the child index's own records, by key.
+class LeafHits(Request[dict[str, Hit]]):
+    """These leaves as hits of one query vector, by key: each scored as a search would score it.
 
-    Keys the index does not hold are left out; a key it holds that ``filter``
-    leaves out maps to ``None``. ``None`` as the answer: the index keeps no
-    records (ask the docstore).
+    Leaves the index does not hold, that ``filter`` leaves out, or that it can
+    not score are left out.
     """
 
     keys: list[str]
     filter: Any
+    vector: Vector
 
 
 @dataclass(frozen=True)

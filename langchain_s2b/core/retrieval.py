@@ -88,13 +88,15 @@ PLANS: dict[str, Plan] = {
 def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
     """The mode's ``k`` results, or, told a budget, the budget filled."""
     if params.max_tokens is not None:
-        return (yield from retrieve_within(query, params, params.max_tokens))
+        return (yield from retrieve_within(query, params, params.max_tokens, on_missing))
     vector = yield from ask(EmbedQuery(query))
     docs = yield from retrieve_k(query, params, on_missing, vector)
     if params.mode == "multilevel":
         tokens = sum(params.token_counter(doc.page_content) for doc in docs)
         if tokens > MULTILEVEL_BUDGET:  # k contexts asked for: the best k runs of the budget
-            filled = yield from retrieve_within(query, params, MULTILEVEL_BUDGET, vector)
+            filled = yield from retrieve_within(
+                query, params, MULTILEVEL_BUDGET, on_missing, vector
+            )
             return filled[: params.k]
     return docs
 
@@ -106,9 +108,9 @@ def retrieve_k(
     plan = PLANS[params.mode]
     fetch = max(params.fetch_k, params.k)
     while True:
-        hits, exhausted = yield from ask(Search(vector, query, fetch, params.filter))
-        groups = plan.group(hits, params)
-        if len(groups) >= params.k or exhausted:
+        found = yield from ask(Search(vector, query, fetch, params.filter))
+        groups = plan.group(found.hits, params)
+        if len(groups) >= params.k or found.exhausted:
             break
         fetch *= 2
     chosen = plan.select(groups, params)

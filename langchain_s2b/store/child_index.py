@@ -28,6 +28,7 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
+from langchain_s2b.core.keys import parse_node_key
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
 
@@ -105,30 +106,37 @@ class ChildIndex:
                 return settle(hits, fetch)
             depth *= 2
 
-    def leaf_hits(self, keys: list[str], flt: Any) -> dict[str, Hit | None] | None:
-        """Hits (score ``0``) of these leaves from FAISS's records (see :class:`LeafHits`).
+    def leaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Hit]:
+        """These leaves scored against ``vector`` as a search would score them.
 
-        The records are the leaves as added (one document serves the docstore
-        and the index); each row's hit fields come from the same per-row cache
-        as a search's. ``None``: not a ``FaissIndex``, so it keeps no records here.
+        See :class:`LeafHits`. ``FaissIndex`` scores its stored vectors directly; any other store is
+        searched for exactly these leaves (a metadata filter on their source,
+        level and split id, with ``flt``).
         """
+        check_filter(flt)
+        if vector is None or not keys:
+            return {}
         index = self.faiss
         if index is None:
-            return None
+            pairs = self._search_generic(vector, "", len(keys), _only(keys, flt))
+            return _wanted(keys, [hit_from_child(doc, score) for doc, score in pairs])
+        rows = [row for row in index.rows_of(keys) if row >= 0]
+        scores = index.scores_of(_query_row(vector), rows)
+        if scores is None:
+            return {}
+        hits = []
+        for score, found in zip(scores.tolist(), index.records(rows), strict=True):
+            if found is not None and (flt is None or matches_filter(found[2], flt)):
+                hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
+        return _wanted(keys, hits)
+
+    async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Hit]:
+        """Async :meth:`leaf_hits`."""
+        if self.faiss is not None or vector is None or not keys:
+            return await run_in_executor(None, self.leaf_hits, keys, flt, vector)
         check_filter(flt)
-        rows = index.rows_of(keys)
-        out: dict[str, Hit | None] = {}
-        if flt is None:
-            new = tuple.__new__
-            for key, t in zip(keys, index.parsed(rows, _hit_template), strict=True):
-                if t is not None:
-                    out[key] = new(Hit, (*t[0], 0.0, *t[1]))
-            return out
-        for key, found in zip(keys, index.records(rows), strict=True):
-            if found is not None:
-                passes = matches_filter(found[2], flt)
-                out[key] = hit_from_metadata(found[2], found[1], 0.0, found[0]) if passes else None
-        return out
+        pairs = await self._asearch_generic(vector, "", len(keys), _only(keys, flt))
+        return _wanted(keys, [hit_from_child(doc, score) for doc, score in pairs])
 
     # Many queries at once (``SmallToBigRetriever.batch``) ---------------------------
 
@@ -347,6 +355,33 @@ class ChildIndex:
         return {str(doc.id) for doc in found}, False
 
 
+def _only(keys: Sequence[str], flt: Any) -> dict[str, Any]:
+    """A metadata filter that lets exactly these leaves through (and ``flt``, if any)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for key in keys:
+        source_key, level, split_id = parse_node_key(key)
+        groups.setdefault((source_key, level), []).append(split_id)
+    wanted: dict[str, Any] = {
+        "$or": [
+            {
+                "$and": [
+                    {"source_key": {"$eq": source_key}},
+                    {"level": {"$eq": level}},
+                    {"split_id": {"$in": splits}},
+                ]
+            }
+            for (source_key, level), splits in groups.items()
+        ]
+    }
+    return wanted if flt is None else {"$and": [flt, wanted]}
+
+
+def _wanted(keys: Sequence[str], hits: Sequence[Hit]) -> dict[str, Hit]:
+    """The hits whose keys were asked for, by key."""
+    asked = set(keys)
+    return {hit.key: hit for hit in hits if hit.key in asked}
+
+
 def _rows(vectors: Any, n: int) -> list[list[float]]:
     """The model's vectors as the rows of one float32 matrix (one conversion)."""
     if len(vectors) != n:
@@ -476,16 +511,16 @@ def settle(hits: list[Hit], fetch: int) -> Found:
 
     When the ``fetch``-th and the next hit score the same, the index chose
     which of several equal children to return; that whole group of equal
-    scores is left out, so the answer never depends on an engine's tie order
-    (the retriever searches deeper if it needs them).
+    scores is left out (its score is ``tied``), so the answer never depends on
+    an engine's tie order (the retriever searches deeper if it needs them).
     """
     hits = sorted(hits, key=_BY_SCORE, reverse=True)  # stable: equal scores keep their order
     if len(hits) <= fetch:
-        return hits, True
+        return Found(hits, True)
     cut = hits[fetch - 1].score
     if hits[fetch].score < cut:
-        return hits[:fetch], False
-    return [hit for hit in hits[:fetch] if hit.score > cut], False
+        return Found(hits[:fetch], False)
+    return Found([hit for hit in hits[:fetch] if hit.score > cut], False, cut)
 
 
 def native_filter(store: Any, flt: Any) -> dict[str, Any]:

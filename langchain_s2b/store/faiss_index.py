@@ -382,6 +382,23 @@ class FaissIndex(VectorStore):
             get = self._ids.get
             return [get(key, -1) for key in ids]
 
+    def scores_of(self, query: np.ndarray, rows: Sequence[int]) -> np.ndarray | None:
+        """The query's score against each row's stored vector (what a search would give it).
+
+        ``None`` when the index can not give its vectors back.
+        """
+        matrix = normalise(np.asarray(query, dtype=np.float32).reshape(1, -1))
+        wanted = np.asarray(rows, dtype=np.int64)
+        with self._lock:
+            index = self._active()
+            if index is None or len(wanted) == 0:
+                return np.empty(0, dtype=np.float32)
+            self._ensure_index(matrix.shape[1])
+            vectors = _stored_vectors(index, wanted)
+        if vectors is None:
+            return None
+        return np.asarray(vectors @ matrix[0], dtype=np.float32)
+
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The stored children with these keys (unknown keys skipped)."""
         with self._lock:

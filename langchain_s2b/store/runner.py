@@ -82,8 +82,8 @@ class Runner:
                 return index.search_many(vectors, queries, fetch, flt)
             case SearchText(query, n):
                 return index.search_text(query, n) if isinstance(index, HybridChildIndex) else []
-            case LeafHits(keys, flt):
-                return index.leaf_hits(keys, flt)
+            case LeafHits(keys, flt, vector):
+                return index.leaf_hits(keys, flt, vector)
             case Fetch(keys):
                 return store.mget(keys)
             case Put(pairs):
@@ -119,8 +119,8 @@ class Runner:
                 if isinstance(index, HybridChildIndex):
                     return await index.asearch_text(query, n)
                 return []
-            case LeafHits(keys, flt):
-                return index.leaf_hits(keys, flt)  # in memory, under the index's own lock
+            case LeafHits(keys, flt, vector):
+                return await index.aleaf_hits(keys, flt, vector)
             case Fetch(keys):
                 return await store.amget(keys)
             case Put(pairs):

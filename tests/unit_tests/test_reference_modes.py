@@ -228,18 +228,35 @@ FILTERS: list[tuple[dict[str, Any] | None, Callable[[dict[str, Any]], bool]]] = 
 ]
 
 
+def words(text: str) -> int:
+    """Whitespace-separated words: a counter that is not characters / 4."""
+    return len(text.split())
+
+
+def squared(text: str) -> int:
+    """Not linear in characters at all: a merged run costs more than its parts."""
+    return (len(text) // 4) ** 2 // 8 + 1
+
+
+COUNTERS: dict[str, Any] = {"chars / 4": None, "words": words, "squared": squared}
+
+
 @st.composite
 def options(draw: st.DrawFn) -> dict[str, Any]:
     before, after = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    budgets = st.one_of(
+        st.none(), st.integers(1, 3), st.integers(1, 40), st.integers(40, 300), st.just(100_000)
+    )
     return {
         "k": draw(st.integers(1, 5)),
         "fetch_k": draw(st.integers(1, 8)),
         "window_before": before,
         "window_after": after,
         "coalesce": draw(st.booleans()),
-        "max_tokens": draw(st.one_of(st.none(), st.integers(1, 40), st.integers(40, 300))),
+        "max_tokens": draw(budgets),
         "margin": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3, 1.0])),
         "hybrid": False,  # the reference ranks by the index's scores alone
+        "token_counter": COUNTERS[draw(st.sampled_from(sorted(COUNTERS)))],
     }
 
 
@@ -285,7 +302,8 @@ def run(case: Case) -> None:
     if case.index not in EXACT:
         record_searches(retriever, store, raw)
 
-    got = retriever.invoke(case.query, filter=flt, **case.opts)
+    opts = {k: v for k, v in case.opts.items() if v is not None or k != "token_counter"}
+    got = retriever.invoke(case.query, filter=flt, **opts)
 
     def hits_of(pairs: list[tuple[str, float]]) -> list[ref.Hit]:
         return [ref.Hit(nodes[k], s) for k, s in pairs if keep(nodes[k].source.metadata)]
@@ -323,6 +341,7 @@ def run(case: Case) -> None:
         coalesce=o["coalesce"],
         max_tokens=o["max_tokens"],
         margin=o["margin"],
+        token_counter=o["token_counter"],
     )
     want = ref.retrieve(case.mode, oracle, settings)
     event(f"index: {case.index}")
@@ -337,7 +356,7 @@ def run(case: Case) -> None:
         event(f"no results: {reason}")
     assert got == want
     # The async path and a batch (one matrix search for FaissIndex) give the same answer.
-    options = {"filter": flt, **case.opts}
+    options = {"filter": flt, **opts}
     assert asyncio.run(retriever.ainvoke(case.query, **options)) == want
     assert retriever.batch([case.query, case.query], **options) == [want, want]
 

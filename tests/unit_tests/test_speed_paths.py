@@ -88,19 +88,28 @@ def _brute_force(index: FaissIndex, query: str, flt: Any) -> list[tuple[str, flo
     return out
 
 
-def _settled(want: list[tuple[str, float]], fetch: int) -> tuple[list[Any], bool]:
-    """What a search ``fetch`` deep must answer: the best, less a group tied at the cut."""
+def _settled(
+    want: list[tuple[str, float]], fetch: int
+) -> tuple[list[Any], bool] | tuple[list[Any], bool, float]:
+    """What a search ``fetch`` deep must answer: the best, less a group tied at the cut
+    (whose score it names)."""
     if len(want) <= fetch:
         return want, True
     cut = want[fetch - 1][1]
-    tied = want[fetch][1] == cut
-    return [p for p in want[:fetch] if not tied or p[1] > cut], False
+    if want[fetch][1] == cut:
+        return [p for p in want[:fetch] if p[1] > cut], False, cut
+    return want[:fetch], False
 
 
-def _found(index: FaissIndex, query: str, fetch: int, flt: Any) -> tuple[list[Any], bool]:
+def _found(
+    index: FaissIndex, query: str, fetch: int, flt: Any
+) -> tuple[list[Any], bool] | tuple[list[Any], bool, float]:
     child = ChildIndex(index)
-    hits, exhausted = child.search(child.embed_query(query), query, fetch, flt)
-    return [(hit.key, hit.score) for hit in hits], exhausted
+    found = child.search(child.embed_query(query), query, fetch, flt)
+    pairs = [(hit.key, hit.score) for hit in found.hits]
+    if found.tied is None:
+        return pairs, found.exhausted
+    return pairs, found.exhausted, found.tied
 
 
 FILTERS = [
