@@ -482,7 +482,7 @@ def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Docume
         chosen.pop()
     docs = []
     for run in runs_of(sorted(chosen)):
-        first, last = nodes[run[0]], nodes[run[-1]]
+        first = nodes[run[0]]
         inside = [seeds[seed_at[p]] for p in run if p in seed_at]
         start, end = first.start, max(nodes[p].end for p in run)
         doc = result(

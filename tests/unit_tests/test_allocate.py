@@ -271,7 +271,7 @@ def test_hits_first_then_only_context_above_the_floor(
     used = sum(r.tokens for r in runs)
     assert used <= budget
     chosen = chosen_leaves(runs)
-    placed, left = placed_seeds(seeds, leaves, budget)
+    placed, _ = placed_seeds(seeds, leaves, budget)
     # every seed that fits, best first, is placed; no seed that was passed over comes back
     seed_leaves = {(s.source, s.split) for s in seeds}
     assert chosen & seed_leaves == set(placed)

@@ -119,9 +119,7 @@ def test_fill_grows_inside_the_parent_and_returns_exact_documents() -> None:
 def test_fill_places_both_hits_first_best_run_first() -> None:
     # budget 2: the two hits and nothing else, although 3 and 5 are worth more than hit 0's
     # weight would suggest; multilevel results say which source context they belong to
-    docs = fill(
-        [hit(4, 0.9), hit(0, 0.8)], [1.0, 0.5], Shape("multilevel"), FETCHED, 2, _tokens
-    )
+    docs = fill([hit(4, 0.9), hit(0, 0.8)], [1.0, 0.5], Shape("multilevel"), FETCHED, 2, _tokens)
     assert [(d.page_content, d.metadata["split_ids"], d.metadata["context"]) for d in docs] == [
         ("Ee. ", [4], 0),
         ("Aa. ", [0], 0),
@@ -229,9 +227,7 @@ def test_a_weak_stray_hit_seeds_nothing() -> None:
 
 def test_a_budget_below_every_hit_returns_nothing_after_one_search() -> None:
     # sentence i is "Alpha" and i words of its own: it scores 1/sqrt(i + 1) for "alpha"
-    text = " ".join(
-        " ".join(["Alpha", *(f"w{i}x{j}" for j in range(i))]) + "." for i in range(300)
-    )
+    text = " ".join(" ".join(["Alpha", *(f"w{i}x{j}" for j in range(i))]) + "." for i in range(300))
     store = CountingStore()
     retriever = SmallToBigRetriever.from_documents(
         [Document(page_content=text, id="big")],
