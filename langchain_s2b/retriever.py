@@ -141,8 +141,8 @@ class SmallToBigRetriever(BaseRetriever):
     """Under a budget, rank children by dense and BM25 scores fused (needs ``tantivy``)."""
     parent_level: str | None = None
     """Parent mode: the level of the parent returned (default: the child's nearest ancestor)."""
-    margin: float = Field(default=0.1, ge=0)
-    """Multilevel: hits within this score of the best count as evidence."""
+    margin: float = Field(default=0.06, ge=0)
+    """Hits within this score of the best are evidence (multilevel escalation, budget seeds)."""
     merge_threshold: float | None = Field(default=None, ge=0, lt=1)
     """Multilevel: also merge into a parent when more than this share of its children hit."""
     source_id_key: str | list[str] | None = None

@@ -274,7 +274,7 @@ class Settings:
     after: int = 3
     coalesce: bool = True
     max_tokens: int | None = None
-    margin: float = 0.1
+    margin: float = 0.06
     token_counter: Callable[[str], int] | None = None
     """``None``: ``ceil(chars / 4)``."""
 

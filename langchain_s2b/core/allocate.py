@@ -110,6 +110,9 @@ def reach(weights: Sequence[float], decay: float = DECAY) -> int:
     """
     if not weights:
         return 0
+    if min(weights) <= 0 or not 0 < decay < 1:
+        msg = f"Seed weights must be above 0 and decay in (0, 1); got {weights!r}, {decay!r}."
+        raise ValueError(msg)
     total, floor = sum(weights), floor_value(weights, decay)
     distance = 0
     while total * decay ** (distance + 1) >= floor:

@@ -25,7 +25,7 @@ class QueryParams:
     window_after: int | None = None
     coalesce: bool = True
     max_tokens: int | None = None
-    margin: float = 0.1
+    margin: float = 0.06
     merge_threshold: float | None = None
     hybrid: bool = True
     token_counter: TokenCounter = approximate_tokens
