@@ -11,9 +11,10 @@ of LlamaIndex/Haystack also applies: when more than that share of a node's
 children hold evidence, the node is taken (``ratio``).
 
 Told a budget (``max_tokens``), or when these contexts together would exceed
-:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET`, the mode fills the budget
-instead (:mod:`~langchain_s2b.core.budgeted`): context grows around the best
-hits up the whole ladder, paragraph, section, document, while it is worth most.
+:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET`, the mode spends the
+budget instead (:mod:`~langchain_s2b.core.budgeted`): the same evidence rule
+seeds it, and context grows around the hits up the whole ladder, paragraph,
+section, document, while it is worth more than the weakest hit.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Retrieval as an operation: one plan per mode (group, choose, assemble) and the search loop.
 
 :func:`retrieve` looks the mode up in :data:`PLANS` once per call; no method
-branches on the mode. Told a budget (``max_tokens``), every mode fills it
-through :func:`~langchain_s2b.core.budgeted.retrieve_within` instead, and the
-budget, not ``k``, decides how much comes back. Multilevel mode without a
-budget whose ``k`` contexts would exceed
-:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET` fills that budget and
+branches on the mode. Told a budget (``max_tokens``), every mode spends it
+through :func:`~langchain_s2b.core.budgeted.retrieve_within` instead: the
+evidence and the budget, not ``k``, decide how much comes back. Multilevel
+mode without a budget whose ``k`` contexts would exceed
+:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET` spends that budget and
 returns its ``k`` best runs.
 """
 
