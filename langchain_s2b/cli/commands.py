@@ -415,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help="what one result is")
     query.add_argument("-k", type=_int(1), default=DEFAULT_K, help=f"results (default {DEFAULT_K})")
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
-    query.add_argument("--max-tokens", type=_int(1), metavar="N", help="a ceiling on the tokens of all results")
+    query.add_argument("--max-tokens", type=_int(1), metavar="N", help="token ceiling, all results")
     _token_counter_option(query)
     query.add_argument(
         "--parent-level",
