@@ -295,12 +295,14 @@ def _write_all(todo: list[tuple[Write, Document | None]]) -> Op[None]:
         yield from ask(AddLeaves(leaves, vectors))
         step = 2
         yield from ask(Put(manifests))
-    except Exception as err:
+    except GeneratorExit:  # abandoned by its driver (a crash): no more I/O can happen
+        raise
+    except BaseException as err:  # cancellation and Ctrl-C undo too, then go on up
         yield from _undo(todo, step, err)
         raise
 
 
-def _undo(todo: list[tuple[Write, Document | None]], step: int, err: Exception) -> Op[None]:
+def _undo(todo: list[tuple[Write, Document | None]], step: int, err: BaseException) -> Op[None]:
     """Put back the previous manifests and remove the new generation's pieces."""
     try:
         if step >= 2:
@@ -317,7 +319,7 @@ def _undo(todo: list[tuple[Write, Document | None]], step: int, err: Exception) 
         _warn_undo(err, undo_err)
 
 
-def _warn_undo(err: Exception, undo_err: Exception) -> None:
+def _warn_undo(err: BaseException, undo_err: Exception) -> None:
     warnings.warn(
         f"A write failed ({err!r}) and undoing it failed too ({undo_err!r}); the stores "
         "may disagree until verify(repair=True) runs.",
@@ -330,16 +332,46 @@ def _cleanup(old: list[Document]) -> Op[None]:
     """Remove previous generations after the commit: leaves first (no longer found)."""
     if not old:
         return
+    yield from _finish_removal(
+        [key for m in old for key in leaf_keys(m)],
+        [key for m in old for key in node_keys(m)],
+        "The new versions are written, but removing the previous ones",
+    )
+
+
+def _finish_removal(leaves: list[str], nodes: list[str], what: str) -> Op[None]:
+    """Remove what a committed change left behind; a failure is a warning, not an error.
+
+    A cancellation or Ctrl-C does not undo the change, which stands: the
+    removal is finished (it is idempotent), then the interruption goes on up.
+    """
     try:
-        yield from ask(RemoveLeaves([key for m in old for key in leaf_keys(m)]))
-        yield from ask(Remove([key for m in old for key in node_keys(m)]))
+        yield from _remove_all(leaves, nodes)
     except Exception as err:
-        warnings.warn(
-            f"The new versions are written, but removing the previous ones failed ({err!r}); "
-            "run verify(repair=True) to remove what is left.",
-            UserWarning,
-            stacklevel=2,
-        )
+        _warn_leftovers(what, err)
+    except GeneratorExit:
+        raise
+    except BaseException:
+        try:
+            yield from _remove_all(leaves, nodes)
+        except Exception as err:
+            _warn_leftovers(what, err)
+        raise
+
+
+def _remove_all(leaves: list[str], nodes: list[str]) -> Op[None]:
+    if leaves:
+        yield from ask(RemoveLeaves(leaves))
+    if nodes:
+        yield from ask(Remove(nodes))
+
+
+def _warn_leftovers(what: str, err: Exception) -> None:
+    warnings.warn(
+        f"{what} failed ({err!r}); run verify(repair=True) to remove what is left.",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 # Deleting -------------------------------------------------------------------------
@@ -374,7 +406,9 @@ def remove_sources(manifests: list[Document]) -> Op[None]:
     try:
         yield from ask(Remove([key for key, _ in pairs]))
         yield from ask(RemoveLeaves([key for m in manifests for key in leaf_keys(m)]))
-    except Exception as err:
+    except GeneratorExit:
+        raise
+    except BaseException as err:  # cancellation and Ctrl-C put them back too
         try:
             yield from ask(Put(pairs))
         except Exception as undo_err:
@@ -384,15 +418,11 @@ def remove_sources(manifests: list[Document]) -> Op[None]:
 
 
 def _cleanup_nodes(manifests: list[Document]) -> Op[None]:
-    try:
-        yield from ask(Remove([key for m in manifests for key in node_keys(m)]))
-    except Exception as err:
-        warnings.warn(
-            f"The sources are deleted, but removing their nodes failed ({err!r}); "
-            "run verify(repair=True) to remove what is left.",
-            UserWarning,
-            stacklevel=2,
-        )
+    yield from _finish_removal(
+        [],
+        [key for m in manifests for key in node_keys(m)],
+        "The sources are deleted, but removing their nodes",
+    )
 
 
 def _warn_if_too_long(config: Config, leaves: list[Document]) -> None:

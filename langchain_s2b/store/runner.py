@@ -147,13 +147,17 @@ def _unknown(request: object) -> TypeError:
 
 
 def drive(op: Op[T], run: Callable[[Request[Any]], Any]) -> T:
-    """Run an operation to its end; a failed request's error is thrown into it."""
+    """Run an operation to its end; a failed request's error is thrown into it.
+
+    Any error: a ``KeyboardInterrupt`` during a write reaches the operation
+    too, which undoes what it wrote and raises it again.
+    """
     try:
         request = next(op)
         while True:
             try:
                 answer = run(request)
-            except Exception as err:
+            except BaseException as err:
                 request = op.throw(err)
             else:
                 request = op.send(answer)
@@ -163,19 +167,38 @@ def drive(op: Op[T], run: Callable[[Request[Any]], Any]) -> T:
 
 
 async def adrive(op: Op[T], arun: Callable[[Request[Any]], Awaitable[Any]]) -> T:
-    """Async :func:`drive`."""
+    """Async :func:`drive`.
+
+    A cancellation (``asyncio.wait_for`` timing out) is thrown into the
+    operation like any error, but only once the request it interrupted has
+    finished: a write running in a worker thread can not be stopped halfway,
+    and the operation's undo must come after it, never beside it.
+    """
     try:
         request = next(op)
         while True:
             try:
-                answer = await arun(request)
-            except Exception as err:
+                answer = await _finished(arun(request))
+            except BaseException as err:
                 request = op.throw(err)
             else:
                 request = op.send(answer)
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+async def _finished(call: Awaitable[Any]) -> Any:
+    """``await call``; if the caller is cancelled meanwhile, wait for ``call``, then re-raise."""
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller sees
+        raise
 
 
 class ReadWriteLock:
