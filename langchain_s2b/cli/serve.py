@@ -283,7 +283,7 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def build_server(
-    live: LiveStore, *, host: str = DEFAULT_HOST, url: str | None = None, token: str | None = None
+    live: LiveStore, *, host: str = DEFAULT_HOST, token: str | None = None
 ) -> "FastMCP[Any]":
     """The MCP server of ``live``: its tools, one-line errors, and the bearer token if any.
 
@@ -291,7 +291,6 @@ def build_server(
         live: the store to serve.
         host: the HTTP host (``127.0.0.1``, ``localhost``, ``::1`` turn on the
             SDK's DNS-rebinding protection).
-        url: the server's own address (the token's issuer), with ``token``.
         token: a bearer token every HTTP request must carry.
     """
     try:
@@ -334,7 +333,8 @@ def build_server(
 
     auth = None
     if token is not None:
-        auth = AuthSettings(issuer_url=url or f"http://{host}", resource_server_url=None)
+        issuer = f"http://[{host}]" if ":" in host else f"http://{host}"  # we issue the token
+        auth = AuthSettings(issuer_url=issuer, resource_server_url=None)
     server = Server(
         "s2b",
         instructions=(
@@ -414,20 +414,15 @@ def run(directory: Path, wanted: str | None, *, http: str | None, token: str | N
                 _run_stdio(build_server(live), protocol)
             return 0
         host, port = parse_address(http)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            sock = socket.create_server((host, port), family=family)
-        except OSError as err:
-            msg = f"cannot listen on {http}: {err.strerror or err}"
-            raise UserError(msg) from None
-        name = f"[{host}]" if ":" in host else host
-        url = f"http://{name}:{sock.getsockname()[1]}"
-        server = build_server(live, host=host, url=url, token=token)
-        describe_now(live)
-        guard = "a bearer token is required" if token else "no token: anyone who can connect"
-        print(f"s2b: serving {directory} at {url}{MCP_PATH} ({guard})", file=sys.stderr)
-        sys.stderr.flush()
-        _run_http(server, sock)
+        server = build_server(live, host=host, token=token)
+        with _listen(host, port) as sock:
+            name = f"[{host}]" if ":" in host else host
+            url = f"http://{name}:{sock.getsockname()[1]}{MCP_PATH}"
+            describe_now(live)
+            guard = "a bearer token is required" if token else "no token: anyone who can connect"
+            print(f"s2b: serving {directory} at {url} ({guard})", file=sys.stderr)
+            sys.stderr.flush()
+            _run_http(server, sock)
         return 0
     finally:
         live.close()
@@ -468,6 +463,15 @@ def _run_stdio(server: "FastMCP[Any]", protocol: BinaryIO) -> None:
             await lowlevel.run(read, write, lowlevel.create_initialization_options())
 
     anyio.run(main)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as err:
+        msg = f"cannot listen on {host}:{port}: {err.strerror or err}"
+        raise UserError(msg) from None
 
 
 def _run_http(server: "FastMCP[Any]", sock: socket.socket) -> None:
