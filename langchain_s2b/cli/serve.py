@@ -337,7 +337,7 @@ def build_server(
         auth = AuthSettings(issuer_url=issuer, resource_server_url=None)
     server = Server(
         "s2b",
-        instructions=(
+        instructions=one_line(
             f"Small-to-big retrieval over the documents indexed in {live.directory}. Call "
             "search with a question; every context names its source and character span. "
             "Call read with a source and a span to see the text around a citation."
