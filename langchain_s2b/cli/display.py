@@ -47,7 +47,7 @@ def _spans(doc: Document) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _header(doc: Document, rank: int) -> str:
+def _header(doc: Document, rank: int, *, cite: bool = False) -> str:
     meta = doc.metadata
     score = meta.get("score")
     parts = [
@@ -57,6 +57,8 @@ def _header(doc: Document, rank: int) -> str:
     ]
     if isinstance(meta.get("page"), int):
         parts.append(f"page {meta['page']}")
+    if cite and meta.get("source_id") not in (None, source_label(meta)):
+        parts.append(f"source {meta['source_id']}")
     where = f"{meta.get('mode', '?')}/{meta.get('level', '?')}"
     if "start" in meta:
         where += f", chars {meta['start']}-{meta['end']}"
@@ -81,10 +83,14 @@ def segments(doc: Document, max_chars: int) -> list[tuple[str, bool]]:
     return [(piece, hit) for piece, hit in out if piece]
 
 
-def plain(doc: Document, rank: int, max_chars: int) -> str:
-    """A result as plain text; matched spans marked ``**like this**``."""
+def plain(doc: Document, rank: int, max_chars: int, *, cite: bool = False) -> str:
+    """A result as plain text; matched spans marked ``**like this**``.
+
+    ``cite=True`` also names the result's ``source_id`` in the header (when
+    the shown label is another name), the id ``s2b serve``'s ``read`` takes.
+    """
     body = "".join(f"**{piece}**" if hit else piece for piece, hit in segments(doc, max_chars))
-    return f"{_header(doc, rank)}\n{body.strip()}\n"
+    return f"{_header(doc, rank, cite=cite)}\n{body.strip()}\n"
 
 
 def has_rich() -> bool:

@@ -59,3 +59,23 @@ def approximate_tokens(text: str) -> int:
     Examples: ``""`` -> 0, ``"abcd"`` -> 1, ``"abcde"`` -> 2.
     """
     return estimate_tokens(text)
+
+
+def fitting_prefix(text: str, max_tokens: int, counter: TokenCounter = approximate_tokens) -> int:
+    """The length of the longest prefix of ``text`` that ``counter`` counts at most ``max_tokens``.
+
+    A binary search over the prefix length (a count never falls as text grows),
+    so any counter is called about ``log2(len(text))`` times.
+
+    Examples: ``("abcdefghij", 2)`` -> 8, ``("abc", 5)`` -> 3, ``("abc", 0)`` -> 0.
+    """
+    if counter(text) <= max_tokens:
+        return len(text)
+    lo, hi = 0, len(text)  # counter(text[:lo]) fits, counter(text[:hi]) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if counter(text[:mid]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return lo

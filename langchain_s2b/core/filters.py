@@ -39,6 +39,42 @@ def check_filter(flt: Any) -> None:
         raise ValueError(msg)
 
 
+def check_dict_filter(flt: Any) -> None:
+    """Raise ``ValueError`` naming the first part of ``flt`` that is not this module's form.
+
+    Checks the whole dict before any search: ``$and``/``$or`` take a list of
+    filters, ``$not`` one filter, a field a value or a dict of the operators
+    above (``$in``/``$nin`` a list). :func:`matches_filter` evaluates only the
+    parts a candidate reaches, so a malformed branch could otherwise go
+    unnoticed or fail halfway. (Other child indexes read their own operators:
+    this check is for the filters this library evaluates itself.)
+    """
+    allowed = f"allowed: {', '.join(_OPS)}, $and, $or, $not"
+    if not isinstance(flt, dict):
+        msg = f"a filter must be an object such as {{'year': {{'$gte': 2020}}}}; got {flt!r}."
+        raise ValueError(msg)
+    for field, cond in flt.items():
+        if field in ("$and", "$or"):
+            if not isinstance(cond, list) or not cond:
+                msg = f"{field} takes a non-empty list of filters; got {cond!r}."
+                raise ValueError(msg)
+            for sub in cond:
+                check_dict_filter(sub)
+        elif field == "$not":
+            check_dict_filter(cond)
+        elif not isinstance(field, str) or field.startswith("$"):
+            msg = f"unknown filter operator {field!r} at the top of a filter; {allowed}."
+            raise ValueError(msg)
+        elif isinstance(cond, dict):
+            for op, arg in cond.items():
+                if op not in _OPS:
+                    msg = f"unknown filter operator {op!r} for field {field!r}; {allowed}."
+                    raise ValueError(msg)
+                if op in ("$in", "$nin") and not isinstance(arg, list):
+                    msg = f"{op} for field {field!r} takes a list; got {arg!r}."
+                    raise ValueError(msg)
+
+
 def matches_filter(metadata: dict[str, Any], flt: Filter | None) -> bool:
     """Whether ``metadata`` passes a filter: a callable or a Mongo-style dict."""
     if flt is None:
