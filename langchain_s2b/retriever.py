@@ -46,7 +46,6 @@ from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.codec import DocumentCodecStore
 from langchain_s2b.store.faiss_index import FaissIndex
 from langchain_s2b.store.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.runner import Runner
 
 T = TypeVar("T")
@@ -181,7 +180,7 @@ class SmallToBigRetriever(BaseRetriever):
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
         index = (
-            HybridChildIndex(self.vectorstore, LexicalIndex())
+            HybridChildIndex(self.vectorstore, self.docstore)
             if self.hybrid
             else ChildIndex(self.vectorstore)
         )
@@ -321,11 +320,9 @@ class SmallToBigRetriever(BaseRetriever):
         :mod:`langchain_s2b.persist`. A docstore on disk or in a server is not
         copied unless ``include_docstore=True``: pass it again to :meth:`load`.
         """
-        index = self._io.index
-        lexical = index.lexical if isinstance(index, HybridChildIndex) else None
-        saved = persist.Saved(
-            self.vectorstore, self.docstore, self._levels, self._options(), lexical
-        )
+        store = self.vectorstore
+        lexical = store.built_lexical() if isinstance(store, FaissIndex) else None
+        saved = persist.Saved(store, self.docstore, self._levels, self._options(), lexical)
         with self._io.lock.hold(write=False):
             return persist.save(saved, path, include_docstore=include_docstore)
 
@@ -379,13 +376,9 @@ class SmallToBigRetriever(BaseRetriever):
         if unknown:
             msg = f"{path}: unknown retriever options {unknown}."
             raise ValueError(msg)
-        retriever = cls(
-            vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields
-        )
-        index = retriever._io.index
-        if isinstance(index, HybridChildIndex):
-            index.lexical = loaded.lexical or LexicalIndex()  # else caught up from FAISS
-        return retriever
+        if isinstance(loaded.vectorstore, FaissIndex) and loaded.lexical is not None:
+            loaded.vectorstore.adopt_lexical(loaded.lexical)  # else built from its records
+        return cls(vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields)
 
     def verify(self, *, repair: bool = False) -> checks.VerifyReport:
         """Check that the child index, the docstore and the manifests agree.

@@ -136,11 +136,12 @@ def _tie_may_count(hits: Sequence[Hit], tied: float | None, params: QueryParams)
 def fused(hits: Sequence[Hit], query: str, vector: Vector, n: int, flt: object) -> Op[Ranked]:
     """Dense hits fused with the ``n`` best lexical ones by z-scores.
 
-    Leaves only the lexical list found are scored against the query vector by
-    the child index (their cosine, as a search would give it) and must pass the
-    same filter; one it can not score is left out.
+    Both lists are of the leaves that pass the filter (the lexical one is
+    selected before ranking, as the dense one is). Leaves only the lexical list
+    found are scored against the query vector by the child index (their cosine,
+    as a search would give it); one it can not score is left out.
     """
-    lexical = yield from ask(SearchText(query, n))
+    lexical = yield from ask(SearchText(query, n, flt))
     by_key = {hit.key: hit for hit in hits}
     missing = [key for key, _ in lexical if key not in by_key]
     if missing:

@@ -61,10 +61,24 @@ class Search(Request[Found]):
 
 @dataclass(frozen=True)
 class SearchText(Request[list[tuple[str, float]]]):
-    """The ``n`` best leaves of one query by BM25 over their text, as ``(key, score)``."""
+    """The ``n`` best leaves that pass ``filter``, by BM25 over their text, as ``(key, score)``.
+
+    Empty when the child index has no lexical part (``hybrid=False``).
+    """
 
     query: str
     n: int
+    filter: Any
+
+
+@dataclass(frozen=True)
+class LexicalKeys(Request[set[str] | None]):
+    """Every leaf key the lexical index holds (``None``: there is none, ``hybrid=False``)."""
+
+
+@dataclass(frozen=True)
+class RebuildLexical(Request[None]):
+    """Build the lexical index again from the child index or the docstore (repair)."""
 
 
 @dataclass(frozen=True)

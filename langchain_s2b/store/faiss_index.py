@@ -46,8 +46,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from langchain_s2b.core.filters import Filter, matches_filter
+from langchain_s2b.core.filters import Filter, check_filter, matches_filter
 from langchain_s2b.core.tree import NODE_FIELDS
+from langchain_s2b.store.lexical_index import LexicalIndex
 
 INDEX_FILE = "children.faiss"
 RECORDS_FILE = "children.jsonl"
@@ -125,6 +126,8 @@ class FaissIndex(VectorStore):
         """``(version, selector, its parts)``: the tombstones left out of searches."""
         self._filtered: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
         """Matching rows per filter (its JSON), valid while ``_version`` is unchanged."""
+        self._lexical: LexicalIndex | None = None
+        """The leaves' text for BM25, built on first use and kept with every write after."""
         self._lock = threading.RLock()
 
     @property
@@ -261,6 +264,12 @@ class FaissIndex(VectorStore):
             self._records.update(zip(row_list, zip(texts, metadatas, strict=True), strict=True))
             self._group_by_source(row_list, metadatas)
             self._version += 1
+            if self._lexical is not None:
+                try:
+                    self._lexical.add(list(zip(ids, texts, metadatas, strict=True)))
+                except BaseException:  # one commit: the vectors go again, then the error
+                    self._drop(row_list)
+                    raise
             if self._staging is not None and self._staging.ntotal >= self._wanted_training():
                 self._unstage()
         return list(ids_given)
@@ -294,16 +303,22 @@ class FaissIndex(VectorStore):
             rows = list(dict.fromkeys(self._ids[key] for key in ids if key in self._ids))
             if not rows:
                 return False
-            self._remove_rows(rows)
-            for row in rows:
-                del self._ids[self._keys.pop(row)]
-                _, meta = self._records.pop(row)
-                self._parsed.pop(row, None)
-                self._forget_source(row, meta)
-            self._version += 1
-            if len(self._dead) >= max(64, len(self._ids) // 4):
-                self._compact()
+            if self._lexical is not None:  # first: it is the part that can fail
+                self._lexical.delete([self._keys[row] for row in rows])
+            self._drop(rows)
         return True
+
+    def _drop(self, rows: list[int]) -> None:
+        """Remove rows from FAISS and the maps (not from the lexical index)."""
+        self._remove_rows(rows)
+        for row in rows:
+            del self._ids[self._keys.pop(row)]
+            _, meta = self._records.pop(row)
+            self._parsed.pop(row, None)
+            self._forget_source(row, meta)
+        self._version += 1
+        if len(self._dead) >= max(64, len(self._ids) // 4):
+            self._compact()
 
     def _group_by_source(self, rows: list[int], metadatas: Sequence[dict[str, Any]]) -> None:
         """Note each row under its ``source_key`` (runs of one source added at once)."""
@@ -351,6 +366,8 @@ class FaissIndex(VectorStore):
         self._loose.clear()
         self._parsed.clear()
         self._version += 1
+        if self._lexical is not None:
+            self._lexical = LexicalIndex()
         return had
 
     def _compact(self) -> None:
@@ -480,6 +497,73 @@ class FaissIndex(VectorStore):
                 key = keys.get(row)
                 out.append(None if key is None else (key, *records[row]))
         return out
+
+    # The lexical index ------------------------------------------------------------
+
+    def lexical(self) -> LexicalIndex:
+        """The BM25 index of the leaves' text; built from the records on first use.
+
+        Kept in step with every add and delete from then on, under this index's
+        lock, so every retriever that shares this index shares it too.
+        """
+        with self._lock:
+            if self._lexical is None:
+                lexical = LexicalIndex()
+                lexical.add(
+                    [(self._keys[row], text, meta) for row, (text, meta) in self._records.items()]
+                )
+                self._lexical = lexical
+            return self._lexical
+
+    def rebuild_lexical(self) -> None:
+        """Build the lexical index again from the records (``verify(repair=True)``)."""
+        with self._lock:
+            self._lexical = None
+            self.lexical()
+
+    def built_lexical(self) -> LexicalIndex | None:
+        """The lexical index if it was built (for saving), else ``None``."""
+        return self._lexical
+
+    def adopt_lexical(self, lexical: LexicalIndex) -> None:
+        """Use a lexical index read from a save, if it holds exactly this index's leaves."""
+        with self._lock:
+            if lexical.keys() == set(self._ids):
+                self._lexical = lexical
+
+    def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
+        """The ``n`` best leaves by BM25 that pass ``flt`` (selected before ranking)."""
+        check_filter(flt)
+        lexical = self.lexical()
+        if flt is None:
+            return lexical.search(query, n)
+        sources = self.matching_sources(flt)
+        if sources is not None:
+            return lexical.search(query, n, sources=sources)
+        rows = self._ids
+
+        def keep(key: str, _: dict[str, Any]) -> bool:
+            row = rows.get(key)
+            record = None if row is None else self._records.get(row)
+            return record is not None and matches_filter(record[1], flt)
+
+        return lexical.search(query, n, keep=keep)
+
+    def matching_sources(self, flt: Filter) -> set[str] | None:
+        """The source keys whose metadata passes a metadata-dict filter, or ``None``.
+
+        ``None`` where :meth:`matching_rows` is: a callable, a per-leaf field,
+        or rows that name no source.
+        """
+        if not isinstance(flt, dict) or _per_leaf(flt) or self._loose:
+            return None
+        with self._lock:
+            records = self._records
+            return {
+                source
+                for source, members in self._sources.items()
+                if matches_filter(records[next(iter(members))][1], flt)
+            }
 
     def matching_rows(self, flt: Filter) -> np.ndarray | None:
         """The rows whose metadata passes a metadata-dict filter (sorted), or ``None``.

@@ -1,4 +1,4 @@
-"""The lexical child index: BM25 over the leaves' text (tantivy), kept beside the vectors.
+"""The lexical child index: BM25 over the leaves' text (tantivy), part of the child index.
 
 Why tantivy: measured on the dev set's 3,586 sentence leaves (build / one
 query / replacing 10 leaves), tantivy took 122-170 ms / 0.42 ms / 33 ms,
@@ -7,12 +7,19 @@ query / replacing 10 leaves), tantivy took 122-170 ms / 0.42 ms / 33 ms,
 others rebuild the whole index on every change, so their update time grows
 with the corpus while tantivy's grows with the change. It also brings its own
 on-disk format (no pickle), and it is the maintained engine behind a search
-server; ``rank-bm25-rs`` is a one-month-old 0.1 release, ``rank-bm25`` has not
-had a release since 2022 and is pure Python at query time.
+server.
 
-Text is analysed by tantivy's default tokenizer (split on anything that is
-not a letter or a digit, lower-cased); the query is split the same way and
-every term is an optional clause, so the score is BM25 (k1 = 1.2, b = 0.75).
+**One analyser.** Text and queries go through :func:`analyze`, whatever the
+store: Unicode NFKC and case folding (final ``ς``, ``ß`` fold as the Unicode
+standard says; ``İ`` folds to ``i``), then tantivy's regex tokenizer: a run of letters,
+marks and digits is a word, and a character of a script written without
+spaces (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) is a word of its
+own. The tantivy field indexes with that very analyser, and a query's terms
+are what the same analyser makes of it, so an indexed word is always found
+(Hindi vowel signs stay in their word, a Chinese word is found by its
+characters). Every term is an optional clause, so the score is BM25
+(k1 = 1.2, b = 0.75).
+
 The index lives in memory (a commit to disk costs an ``fsync``, ~70 ms per
 add; in memory ~6 ms). :meth:`LexicalIndex.save` writes tantivy's own files
 into a directory, :meth:`LexicalIndex.load` reads them back into memory from a
@@ -22,21 +29,32 @@ scratch copy, so a saved snapshot is never written to.
 from __future__ import annotations
 
 import gc
-import re
+import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Callable, Collection, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from langchain_core.documents import Document
-
 _KEY = "key"
+_SOURCE = "source"
 _TEXT = "text"
+_BODY = "body"
+_META = "meta"
+_ANALYZER = "s2b_words"
 _LOCKS = (".tantivy-writer.lock", ".tantivy-meta.lock")
-_TERM = re.compile(r"[^\W_]+")
 _WRITER_HEAP = 15_000_000
 """Bytes of indexing memory for the one writer thread (tantivy's minimum)."""
+WORDS = (
+    r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]"
+    r"|[\p{L}\p{M}\p{N}]+"
+)
+"""What one term is (a regular expression, in tantivy's syntax)."""
+
+Entry = tuple[str, str, dict[str, Any]]
+"""``(key, text, metadata)`` of one leaf."""
 
 
 def _tantivy() -> Any:
@@ -48,13 +66,40 @@ def _tantivy() -> Any:
     return tantivy
 
 
+@cache
+def _analyzer() -> Any:
+    tantivy = _tantivy()
+    builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(WORDS))
+    return builder.filter(tantivy.Filter.lowercase()).build()
+
+
+def fold(text: str) -> str:
+    """``text`` as the analyser reads it: NFKC, case-folded, lone surrogates as ``?``.
+
+    The dot that case folding leaves on a capital ``İ`` (``i`` + U+0307) goes
+    too, so ``İstanbul`` and ``istanbul`` are one word.
+    """
+    return unicodedata.normalize("NFKC", _well_formed(text)).casefold().replace("i\u0307", "i")
+
+
+def analyze(text: str) -> list[str]:
+    """The terms of ``text``, in order, as the lexical index makes them (text and queries)."""
+    terms: list[str] = _analyzer().analyze(fold(text))
+    return terms
+
+
 def query_terms(query: str) -> list[str]:
-    """The query's terms as the index's tokenizer makes them (distinct, in order)."""
-    return list(dict.fromkeys(_TERM.findall(_well_formed(query).lower())))
+    """The query's distinct terms, in order."""
+    return list(dict.fromkeys(analyze(query)))
+
+
+def source_of(key: str) -> str:
+    """The (generation) source key a leaf key starts with."""
+    return key.split("/", 1)[0]
 
 
 class LexicalIndex:
-    """BM25 search over leaf texts by key; add, delete, search, save, load."""
+    """BM25 search over leaf texts by key: add, delete, search (filtered), save, load."""
 
     def __init__(self) -> None:
         """A new empty index, in memory."""
@@ -63,12 +108,13 @@ class LexicalIndex:
 
     # Writing ----------------------------------------------------------------------
 
-    def add(self, leaves: Sequence[Document]) -> None:
-        """Index leaves under their ids (a key already present is replaced)."""
-        self._write([(str(leaf.id), leaf.page_content) for leaf in leaves])
+    def add(self, entries: Sequence[Entry]) -> None:
+        """Index leaves under their keys (a key already present is replaced); one commit."""
+        if entries:
+            _add(self._index, entries, replace=True)
 
     def delete(self, keys: Sequence[str]) -> None:
-        """Remove leaves by key; keys it does not hold are ignored."""
+        """Remove leaves by key, in one commit; keys it does not hold are ignored."""
         if not keys:
             return
         writer = self._index.writer(_WRITER_HEAP, 1)
@@ -76,30 +122,64 @@ class LexicalIndex:
             writer.delete_documents_by_term(_KEY, key)
         _commit(self._index, writer)
 
-    def _write(self, pairs: Sequence[tuple[str, str]]) -> None:
-        if pairs:
-            _add(self._index, pairs, replace=True)
-
     # Reading ----------------------------------------------------------------------
 
-    def search(self, query: str, n: int) -> list[tuple[str, float]]:
-        """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key)."""
+    def search(
+        self,
+        query: str,
+        n: int,
+        *,
+        sources: Collection[str] | None = None,
+        keep: Callable[[str, dict[str, Any]], bool] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key).
+
+        Args:
+            query: the query text.
+            n: how many.
+            sources: only leaves of these source keys (selected before ranking).
+            keep: only leaves for which ``keep(key, metadata)`` holds; the search
+                goes deeper until ``n`` are kept or no more match.
+        """
         terms = query_terms(query)
-        if not terms or n < 1:
+        if not terms or n < 1 or (sources is not None and not sources):
             return []
         tantivy = _tantivy()
-        clauses = [
-            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, _TEXT, term))
-            for term in terms
-        ]
+        schema = self._schema
+        words = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(schema, _TEXT, t)) for t in terms]
+        )
+        found_query = words
+        if sources is not None:
+            only = tantivy.Query.term_set_query(schema, _SOURCE, sorted(sources))
+            found_query = tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Must, words),
+                    (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0)),
+                ]
+            )
         searcher = self._index.searcher()
-        found = searcher.search(tantivy.Query.boolean_query(clauses), n).hits
-        pairs = [(str(searcher.doc(address)[_KEY][0]), float(score)) for score, address in found]
-        return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))
+        depth = n
+        while True:
+            found = searcher.search(found_query, depth).hits
+            pairs = []
+            for score, address in found:
+                doc = searcher.doc(address)
+                key = str(doc[_KEY][0])
+                if keep is None or keep(key, json.loads(doc[_META][0])):
+                    pairs.append((key, float(score)))
+            if len(pairs) >= n or len(found) < depth:
+                break
+            depth *= 2
+        return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:n]
+
+    def entries(self) -> list[Entry]:
+        """Every ``(key, text, metadata)`` held, by key."""
+        return _entries(self._index)
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(key, text)`` held, by key."""
-        return _items(self._index)
+        return [(key, text) for key, text, _ in self.entries()]
 
     def keys(self) -> set[str]:
         """Every key held."""
@@ -115,7 +195,9 @@ class LexicalIndex:
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=False)
         index = _new_index(target)
-        _add(index, self.items(), replace=False)
+        _add(index, self.entries(), replace=False)
+        del index
+        gc.collect()
         for lock in _LOCKS:
             (target / lock).unlink(missing_ok=True)
         return sorted(p.name for p in target.iterdir() if p.is_file())
@@ -137,10 +219,18 @@ class LexicalIndex:
                 if item.is_file() and item.name not in _LOCKS:
                     shutil.copy2(item, scratch / item.name)
             saved = _tantivy().Index.open(str(scratch))
-            items = _items(saved)
+            _register(saved)
+            try:
+                entries = _entries(saved)
+            except (KeyError, ValueError) as err:
+                msg = (
+                    f"{source} holds a lexical index of an older format ({err}); load the "
+                    "retriever with hybrid=False, or save it again with this version."
+                )
+                raise ValueError(msg) from None
             del saved
             gc.collect()
-            loaded._write(items)
+            loaded.add(entries)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return loaded
@@ -150,18 +240,39 @@ def _new_index(path: Path | None = None) -> Any:
     tantivy = _tantivy()
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(_KEY, stored=True, tokenizer_name="raw")
-    builder.add_text_field(_TEXT, stored=True, index_option="freq")  # BM25 needs no positions
+    builder.add_text_field(_SOURCE, stored=False, tokenizer_name="raw")
+    # BM25 needs no positions; the analysed text is not stored, the original is
+    builder.add_text_field(_TEXT, stored=False, tokenizer_name=_ANALYZER, index_option="freq")
+    builder.add_bytes_field(_BODY, stored=True, indexed=False)
+    builder.add_bytes_field(_META, stored=True, indexed=False)
     schema = builder.build()
-    return tantivy.Index(schema) if path is None else tantivy.Index(schema, path=str(path))
+    index = tantivy.Index(schema) if path is None else tantivy.Index(schema, path=str(path))
+    _register(index)
+    return index
 
 
-def _add(index: Any, pairs: Sequence[tuple[str, str]], *, replace: bool) -> None:
+def _register(index: Any) -> None:
+    index.register_tokenizer(_ANALYZER, _analyzer())
+
+
+def _add(index: Any, entries: Sequence[Entry], *, replace: bool) -> None:
     tantivy = _tantivy()
     writer = index.writer(_WRITER_HEAP, 1)
-    for key, text in pairs:
+    for key, text, meta in entries:
         if replace:
             writer.delete_documents_by_term(_KEY, key)
-        writer.add_document(tantivy.Document(**{_KEY: key, _TEXT: _well_formed(text)}))
+        body = _well_formed(text)
+        writer.add_document(
+            tantivy.Document(
+                **{
+                    _KEY: key,
+                    _SOURCE: source_of(key),
+                    _TEXT: fold(body),
+                    _BODY: body.encode("utf-8"),
+                    _META: json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8"),
+                }
+            )
+        )
     _commit(index, writer)
 
 
@@ -171,14 +282,16 @@ def _commit(index: Any, writer: Any) -> None:
     index.reload()
 
 
-def _items(index: Any) -> list[tuple[str, str]]:
+def _entries(index: Any) -> list[Entry]:
     searcher = index.searcher()
     total = searcher.num_docs
     if not total:
         return []
     hits = searcher.search(_tantivy().Query.all_query(), total).hits
     docs = [searcher.doc(address) for _, address in hits]
-    return sorted((str(d[_KEY][0]), str(d[_TEXT][0])) for d in docs)
+    return sorted(
+        (str(d[_KEY][0]), bytes(d[_BODY][0]).decode("utf-8"), json.loads(d[_META][0])) for d in docs
+    )
 
 
 def _well_formed(text: str) -> str:

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from langchain_core.documents import Document
+from langchain_core.runnables.config import run_in_executor
 from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.requests import (
@@ -25,9 +26,11 @@ from langchain_s2b.core.requests import (
     EmbedQuery,
     Fetch,
     LeafHits,
+    LexicalKeys,
     ListChildren,
     Op,
     Put,
+    RebuildLexical,
     Remove,
     RemoveLeaves,
     Request,
@@ -80,8 +83,10 @@ class Runner:
                 return index.search(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return index.search_many(vectors, queries, fetch, flt)
-            case SearchText(query, n):
-                return index.search_text(query, n) if isinstance(index, HybridChildIndex) else []
+            case SearchText(query, n, flt):
+                if isinstance(index, HybridChildIndex):
+                    return index.search_text(query, n, flt)
+                return []
             case LeafHits(keys, flt, vector):
                 return index.leaf_hits(keys, flt, vector)
             case Fetch(keys):
@@ -100,6 +105,12 @@ class Runner:
                 return list(store.yield_keys())
             case ListChildren(candidates):
                 return index.list_children(candidates)
+            case LexicalKeys():
+                return index.lexical_keys() if isinstance(index, HybridChildIndex) else None
+            case RebuildLexical():
+                if isinstance(index, HybridChildIndex):
+                    index.rebuild_lexical(store)
+                return None
             case _:
                 raise _unknown(request)
 
@@ -115,9 +126,9 @@ class Runner:
                 return await index.asearch(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return await index.asearch_many(vectors, queries, fetch, flt)
-            case SearchText(query, n):
+            case SearchText(query, n, flt):
                 if isinstance(index, HybridChildIndex):
-                    return await index.asearch_text(query, n)
+                    return await index.asearch_text(query, n, flt)
                 return []
             case LeafHits(keys, flt, vector):
                 return await index.aleaf_hits(keys, flt, vector)
@@ -137,6 +148,8 @@ class Runner:
                 return [key async for key in store.ayield_keys()]
             case ListChildren(candidates):
                 return await index.alist_children(candidates)
+            case LexicalKeys() | RebuildLexical():
+                return await run_in_executor(None, self.run, request)
             case _:
                 raise _unknown(request)
 

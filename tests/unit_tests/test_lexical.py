@@ -54,8 +54,8 @@ class TestFusion:
             z_fuse([], [], weight=-1)
 
 
-def leaf(key: str, text: str) -> Document:
-    return Document(page_content=text, id=key)
+def leaf(key: str, text: str) -> tuple[str, str, dict[str, object]]:
+    return key, text, {"n": len(text)}
 
 
 CORPUS = [
@@ -83,6 +83,7 @@ class TestLexicalIndex:
         found = index.search("Rollo", 10)
         assert [k for k, _ in found] == ["s/1"]
         assert [k for k, _ in index.search("Normandy France", 10)] == ["s/2", "s/0"]
+        assert index.entries()[0] == ("s/0", CORPUS[0][1], {"n": len(CORPUS[0][1])})
         assert index.search("?!", 10) == []
         assert len(index) == 4
 
@@ -156,11 +157,12 @@ class TestWithTheRetriever:
         query = "walrus duke"
         assert loaded.invoke(query, max_tokens=10) == retriever.invoke(query, max_tokens=10)
 
-    def test_a_save_without_one_is_caught_up_from_the_child_index(self, tmp_path: Path) -> None:
+    def test_a_save_without_one_is_built_from_the_child_index(self, tmp_path: Path) -> None:
         _hybrid(hybrid=False).save(tmp_path / "idx")
         loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords(), hybrid=True)
-        assert len(_lexical(loaded)) == 0
-        (doc,) = loaded.invoke("walrus", max_tokens=6)  # the first search catches up
+        assert isinstance(loaded.vectorstore, FaissIndex)
+        assert loaded.vectorstore.built_lexical() is None
+        (doc,) = loaded.invoke("walrus", max_tokens=6)  # the first search builds it
         assert doc.page_content == "Walrus tusks are long."
         assert [k for k, _ in _lexical(loaded).items()] == [f"d/sentence/{i}" for i in range(4)]
 
