@@ -10,8 +10,11 @@ after any retriever over those chunks and grows each retrieved chunk by
 Chunk keys: ``<encoded-source-id>/<level>/<split_id>``, the same node-key scheme
 as :class:`~langchain_s2b.SmallToBigRetriever` (``level`` is ``"chunk"`` by
 default), so neighbours are found by computed keys in one batched ``mget`` for
-all retrieved documents. A composite source id (a list of metadata fields) is
-the fields' values joined by ``|`` (a ``|`` or ``\\`` inside a value is escaped
+all retrieved documents. Over a ``SmallToBigRetriever`` docstore, whose
+sources move to a new generation when they are updated, each source's
+manifest is read first (one more ``mget``) and names where its nodes are. A
+composite source id (a list of metadata fields) is the fields' values joined
+by ``|`` (a ``|`` or ``\\`` inside a value is escaped
 with ``\\``). Pointing the expander at a ``SmallToBigRetriever`` docstore with
 ``level="sentence"`` expands that retriever's leaves as well.
 """
@@ -29,10 +32,12 @@ from langchain_core.stores import BaseStore
 from langchain_text_splitters import TextSplitter
 from pydantic import ConfigDict, field_validator
 
+from langchain_s2b.core.ingest import nodes_key
 from langchain_s2b.core.keys import (
     check_level_name,
     composite_source_id,
     encode_source_key,
+    manifest_key,
     node_key,
 )
 from langchain_s2b.core.merge import Chunk, merge_chunks
@@ -103,14 +108,15 @@ def _int_field(docs: Sequence[Document], name: str) -> int | None:
 # Planning and assembly (shared by the sync and async paths) ------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Request:
-    """One retrieved chunk and the keys of its window, by split id."""
+    """One retrieved chunk, the split ids of its window and, once located, their keys."""
 
     doc: Document
     source_id: str
     split_id: int
-    keys: dict[int, str]
+    ids: range
+    keys: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,12 +144,31 @@ class _Plan:
     items: list[_Request | Document]
     window_size: int
     separator: str
-    keys: list[str] = field(init=False)
-    """Every key to fetch, once: the argument of the single ``mget``."""
+    level: str
+    manifests: list[str] = field(init=False)
+    """The manifest key of each source (a ``SmallToBigRetriever`` docstore has them)."""
+    keys: list[str] = field(init=False, default_factory=list)
+    """Every chunk key to fetch, once (after :meth:`locate`)."""
 
     def __post_init__(self) -> None:
-        requests = (item for item in self.items if isinstance(item, _Request))
+        sources = dict.fromkeys(req.source_id for req in self._requests())
+        self.manifests = [manifest_key(encode_source_key(sid)) for sid in sources]
+
+    def _requests(self) -> list[_Request]:
+        return [item for item in self.items if isinstance(item, _Request)]
+
+    def locate(self, manifests: Sequence[Document | None]) -> list[str]:
+        """The chunk keys, under the generation each source's manifest names (else 0)."""
+        found = dict(zip(self.manifests, manifests, strict=True))
+        prefix: dict[str, str] = {}
+        for req in self._requests():
+            if req.source_id not in prefix:
+                key = encode_source_key(req.source_id)
+                prefix[req.source_id] = _generation_key(key, found.get(manifest_key(key)))
+            req.keys = {i: node_key(prefix[req.source_id], self.level, i) for i in req.ids}
+        requests = self._requests()
         self.keys = list(dict.fromkeys(key for req in requests for key in req.keys.values()))
+        return self.keys
 
     def assemble(self, values: Sequence[Document | None]) -> list[Window]:
         """Build the windows from the fetched values (in ``keys`` order)."""
@@ -193,6 +218,16 @@ def _window(
     return Window(req.doc, chunks, separator.join(doc.page_content for doc in chunks), meta)
 
 
+def _generation_key(source_key: str, manifest: Document | None) -> str:
+    """Where a source's current nodes live: its manifest's generation, else generation 0."""
+    if manifest is None:
+        return source_key
+    try:
+        return nodes_key(manifest)
+    except (KeyError, TypeError, ValueError):  # not a manifest of ours: chunks of a splitter
+        return source_key
+
+
 # The expander ----------------------------------------------------------------
 
 
@@ -202,7 +237,8 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
     Runs after any retriever (BM25, a vector-store retriever ...) whose
     documents carry a source id and a ``split_id``, over a store that holds the
     chunks under computed keys (see :class:`WindowSplitter`). All neighbours of
-    all retrieved documents are fetched in one batched ``mget``.
+    all retrieved documents are fetched in one batched ``mget`` (after one of the
+    sources' manifests, which a ``SmallToBigRetriever`` docstore keeps).
 
     Setup:
         .. code-block:: bash
@@ -326,13 +362,15 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
 
     def _windows(self, documents: Sequence[Document], window_size: int | None) -> list[Window]:
         plan = self._plan(documents, window_size)
-        return plan.assemble(self.store.mget(plan.keys) if plan.keys else [])
+        keys = plan.locate(self.store.mget(plan.manifests) if plan.manifests else [])
+        return plan.assemble(self.store.mget(keys) if keys else [])
 
     async def _awindows(
         self, documents: Sequence[Document], window_size: int | None
     ) -> list[Window]:
         plan = self._plan(documents, window_size)
-        return plan.assemble(await self.store.amget(plan.keys) if plan.keys else [])
+        keys = plan.locate(await self.store.amget(plan.manifests) if plan.manifests else [])
+        return plan.assemble(await self.store.amget(keys) if keys else [])
 
     def _expand(self, documents: Sequence[Document], **kwargs: Any) -> list[Document]:
         return [window.document() for window in self._windows(documents, _window_option(kwargs))]
@@ -349,7 +387,8 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
                 f"output); got {type(documents).__name__}."
             )
             raise TypeError(msg)
-        return _Plan([self._request(doc, size) for doc in documents], size, self.separator)
+        items = [self._request(doc, size) for doc in documents]
+        return _Plan(items, size, self.separator, self.level)
 
     def _request(self, doc: Document, size: int) -> _Request | Document:
         if not isinstance(doc, Document):
@@ -376,8 +415,7 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
         if n_splits is not None:
             hi = min(hi, n_splits - 1)
         ids = range(max(0, split_id - size), max(hi, split_id) + 1)
-        keys = {i: chunk_key(source_id, i, self.level) for i in ids}
-        return _Request(doc, source_id, split_id, keys)
+        return _Request(doc, source_id, split_id, ids)
 
 
 def _window_option(kwargs: Mapping[str, Any]) -> int | None:

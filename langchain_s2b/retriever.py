@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -161,7 +161,8 @@ class SmallToBigRetriever(BaseRetriever):
                 f"{sorted(type(self).model_fields)} (per-call defaults go in search_kwargs=)."
             )
             raise ValueError(msg)
-        if data.get("byte_store") is not None and data.get("docstore") is not None:
+        byte_store, docstore = data.get("byte_store"), data.get("docstore")
+        if byte_store is not None and docstore is not None and not _codec_of(docstore, byte_store):
             msg = (
                 "Pass docstore= (a BaseStore of Documents) or byte_store= (a BaseStore of "
                 "bytes, stored through the JSON codec), not both."
@@ -174,7 +175,13 @@ class SmallToBigRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _setup(self) -> Self:
-        if self.byte_store is not None:
+        self._wire()
+        check(self.defaults())
+        return self
+
+    def _wire(self) -> None:
+        """Build what the fields imply: the levels, the child index and the runner."""
+        if self.byte_store is not None and not _codec_of(self.docstore, self.byte_store):
             self.docstore = DocumentCodecStore(self.byte_store)
         self._levels = check_levels(
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
@@ -185,8 +192,32 @@ class SmallToBigRetriever(BaseRetriever):
             else ChildIndex(self.vectorstore)
         )
         self._io = Runner(index, self.docstore)
-        check(self.defaults())
-        return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with ``update`` applied; it uses exactly the stores it names.
+
+        A copy that names other stores (``vectorstore``, ``docstore``,
+        ``byte_store``), levels or ``hybrid`` gets its own child index and
+        runner; any other copy shares this retriever's (and builds nothing).
+        Naming a ``docstore`` replaces a ``byte_store``. ``deep=True`` is
+        refused (see :meth:`__deepcopy__`).
+        """
+        if deep:
+            raise TypeError(_NO_DEEP_COPY)
+        fields = dict(update or {})
+        if "docstore" in fields and "byte_store" not in fields:
+            fields["byte_store"] = None
+        copied = super().model_copy(update=fields)
+        if _REWIRED & set(fields):
+            copied._wire()
+        check(copied.defaults())
+        return copied
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        raise TypeError(_NO_DEEP_COPY)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        raise TypeError(_NO_DEEP_COPY)
 
     # Construction --------------------------------------------------------------
 
@@ -448,6 +479,23 @@ class SmallToBigRetriever(BaseRetriever):
         for query in inputs:
             _check_query(query)
         return [retrieve(query, params, self.on_missing) for query in inputs]
+
+
+_REWIRED = frozenset(
+    {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
+    | {"hybrid", "mode"}
+)
+"""Fields whose change gives a copy its own child index and runner."""
+_NO_DEEP_COPY = (
+    "A SmallToBigRetriever can not be deep-copied or pickled: it holds live stores (a FAISS "
+    "index, a docstore, a lock). Use model_copy(update=...) for a copy over the same or other "
+    "stores, or save() and load()."
+)
+
+
+def _codec_of(docstore: Any, byte_store: Any) -> bool:
+    """Whether ``docstore`` is the JSON codec over exactly ``byte_store``."""
+    return isinstance(docstore, DocumentCodecStore) and docstore.byte_store is byte_store
 
 
 def _check_query(query: Any) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_s2b.core.budget import TokenCounter
+from langchain_s2b.core.keys import base_source_key
 from langchain_s2b.core.merge import Chunk, merge_chunks
 
 LeafId = tuple[str, int]
@@ -228,16 +229,18 @@ def _grow(
 ) -> list[LeafId]:
     """Context leaves in the order they were taken (the breadth-first greedy).
 
-    Ties in value go to the leaf nearer a seed, then by position, so the
-    choice does not depend on the order of the input.
+    Ties in value go to the leaf nearer a seed, then by position (source key,
+    whatever its generation, then split id), so the choice does not depend on
+    the order of the input or the update history.
     """
-    heap: list[tuple[float, int, str, int]] = []
+    heap: list[tuple[float, int, str, int, str]] = []
     queued: set[LeafId] = set(placed)
 
     def offer(leaf: LeafId) -> None:
         if leaf in values and leaf not in queued:
             queued.add(leaf)
-            heapq.heappush(heap, (-values[leaf], distance(leaf), leaf[0], leaf[1]))
+            entry = (-values[leaf], distance(leaf), base_source_key(leaf[0]), leaf[1], leaf[0])
+            heapq.heappush(heap, entry)
 
     for source, split in placed:
         offer((source, split - 1))
@@ -245,7 +248,7 @@ def _grow(
     chosen: list[LeafId] = []
     left = budget
     while heap and left > 0:
-        _, _, source, split = heapq.heappop(heap)
+        _, _, _, split, source = heapq.heappop(heap)
         cost = token_counter(leaves[(source, split)].text)
         if cost > left:
             continue

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.keys import node_key
+from langchain_s2b.core.keys import base_source_key, node_key
 from langchain_s2b.core.tree import user_metadata
 
 LEAF_FIELDS = ("source_id", "source_key", "level", "split_id", "start", "end")
@@ -99,7 +99,7 @@ def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
     """One hit per key (its best score), best first.
 
     Ties go in document order (source key, then split id), whatever order the
-    engine returned them in.
+    engine returned them in and whatever generation a source is at.
     """
     best: dict[str, Hit] = {}
     for hit in hits:
@@ -108,7 +108,7 @@ def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
     out = list(best.values())
     if all(a.score > b.score for a, b in pairwise(out)):
         return out  # already best first, no ties to order (a search's usual answer)
-    return sorted(out, key=lambda h: (-h.score, h.source_key, h.split_id))
+    return sorted(out, key=lambda h: (-h.score, base_source_key(h.source_key), h.split_id))
 
 
 @dataclass
@@ -133,7 +133,7 @@ class Group:
 
 def rank(groups: Sequence[Group]) -> list[Group]:
     """Best score first; ties in document order (source key, then start)."""
-    return sorted(groups, key=lambda g: (-g.score, g.source_key, g.start))
+    return sorted(groups, key=lambda g: (-g.score, base_source_key(g.source_key), g.start))
 
 
 def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[str, Any]:

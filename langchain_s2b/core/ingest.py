@@ -28,7 +28,7 @@ from langchain_s2b.core.keys import (
     level_prefix,
     manifest_key,
 )
-from langchain_s2b.core.tree import Level, Tree, build_tree
+from langchain_s2b.core.tree import NODE_FIELDS, Level, Tree, build_tree
 
 MANIFEST_VERSION = 1
 
@@ -99,12 +99,32 @@ def identify(
             raise ValueError(msg)
         _check_json_metadata(doc, i)
         sid = source_id_of(doc, given, fields)
+        _check_own_fields(doc, i, sid)
         if sid in seen:
             msg = f"Source id {sid!r} appears twice in one call; each source must be unique."
             raise ValueError(msg)
         seen.add(sid)
         sources.append(Source(sid, encode_source_key(sid), doc, digest(doc, config)))
     return sources
+
+
+def _check_own_fields(doc: Document, position: int, source_id: str) -> None:
+    """Source metadata may not use a name ingestion writes on every node: it would be lost.
+
+    ``source_id`` is allowed when it is the source's id (``source_id_key="source_id"``).
+    """
+    clash = sorted(
+        name
+        for name in NODE_FIELDS.intersection(doc.metadata)
+        if not (name == "source_id" and str(doc.metadata[name]) == source_id)
+    )
+    if clash:
+        name = f"id={doc.id!r}" if doc.id else f"#{position} ({doc.page_content[:30]!r})"
+        msg = (
+            f"Document {name} has metadata {clash} that every node sets itself "
+            f"({', '.join(sorted(NODE_FIELDS))}); rename them (e.g. 'doc_{clash[0]}')."
+        )
+        raise ValueError(msg)
 
 
 def _check_json_metadata(doc: Document, position: int) -> None:

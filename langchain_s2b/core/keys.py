@@ -80,6 +80,11 @@ def split_generation(node_source_key: str) -> tuple[str, int]:
     return match["base"], int(match["n"])
 
 
+def base_source_key(node_source_key: str) -> str:
+    """The source key a node's (generation) source key belongs to: what ties are ordered by."""
+    return split_generation(node_source_key)[0]
+
+
 def composite_source_id(metadata: Mapping[str, Any], fields: Sequence[str]) -> str:
     r"""The source id from one metadata field, or several joined by ``|`` (escaped)."""
     if len(fields) == 1:

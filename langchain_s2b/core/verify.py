@@ -10,7 +10,9 @@ and reports:
   docstore or the child index lacks (an interrupted write, a lost file);
 - *orphan nodes* and *orphan children*: node keys no manifest claims (an
   interrupted delete or upsert, a source written by hand), including every
-  node of a generation that no manifest names.
+  node of a generation that no manifest names;
+- with hybrid search, leaves the lexical index lacks or holds beyond the
+  manifests (repair builds it again from the child index or the docstore).
 
 Keys that are not node keys (``<source>/<level>/<n>``) are foreign data and
 are never touched. With ``repair``, orphans are deleted, bad manifests are
@@ -31,8 +33,10 @@ from langchain_s2b.core.ingest import leaf_keys, manifest_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, is_node_key, level_of, node_key, source_key_of
 from langchain_s2b.core.requests import (
     Fetch,
+    LexicalKeys,
     ListChildren,
     Op,
+    RebuildLexical,
     Remove,
     RemoveLeaves,
     ScanKeys,
@@ -60,6 +64,10 @@ class VerifyReport:
     """Source id -> leaf keys its manifest lists but the child index lacks."""
     orphan_nodes: list[str] = field(default_factory=list)
     orphan_children: list[str] = field(default_factory=list)
+    lexical_missing: list[str] = field(default_factory=list)
+    """Leaf keys the manifests list but the lexical index lacks (hybrid search)."""
+    lexical_orphans: list[str] = field(default_factory=list)
+    """Keys the lexical index holds that no manifest lists."""
     foreign_keys: int = 0
     """Docstore keys that are not ours (never touched)."""
     repaired: bool = False
@@ -77,6 +85,8 @@ class VerifyReport:
             or self.missing_children
             or self.orphan_nodes
             or self.orphan_children
+            or self.lexical_missing
+            or self.lexical_orphans
         )
 
 
@@ -119,6 +129,11 @@ def check(config: lifecycle.Config, *, repair: bool) -> Op[VerifyReport]:
                 report.missing_children[sid] = missing
         if complete:
             report.orphan_children = sorted(children - set(all_leaves))
+    lexical = yield from ask(LexicalKeys())
+    if lexical is not None:
+        listed = set(all_leaves)
+        report.lexical_missing = sorted(listed - lexical)
+        report.lexical_orphans = sorted(lexical - listed)
     if repair and not report.ok:
         yield from _repair(config, report, manifests)
     return report
@@ -147,6 +162,8 @@ def _repair(
         source = Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
         yield from lifecycle.add(config, [source], [sid], force=[sid])
         report.rebuilt.append(sid)
+    if report.lexical_missing or report.lexical_orphans:
+        yield from ask(RebuildLexical())
     report.repaired = True
 
 

@@ -96,6 +96,13 @@ class FaissIndex(VectorStore):
         search_params: str | None = None,
         train_size: int | None = None,
     ) -> None:
+        if "IDMAP" in index_factory.upper():
+            msg = (
+                f"index_factory={index_factory!r}: FaissIndex maps its own ids (every index is "
+                "wrapped in an IndexIDMap2, which it saves and loads); leave out 'IDMap', "
+                "e.g. 'Flat' or 'HNSW32'."
+            )
+            raise ValueError(msg)
         if any(name in index_factory.upper() for name in _STATIC_INDEXES):
             msg = (
                 f"index_factory={index_factory!r} builds a graph once and can not add to it "
@@ -154,7 +161,7 @@ class FaissIndex(VectorStore):
         except RuntimeError as err:
             msg = f"FAISS rejects index_factory={self.index_factory!r}: {str(err).splitlines()[-1]}"
             raise ValueError(msg) from None
-        index = inner if "IDMap" in self.index_factory else faiss.IndexIDMap2(inner)
+        index = faiss.IndexIDMap2(inner)
         if self.search_params:
             try:
                 self._apply_search_params(index)
@@ -711,6 +718,26 @@ class FaissIndex(VectorStore):
                     out.write(json.dumps(line, ensure_ascii=True, allow_nan=False) + "\n")
         return written
 
+    @staticmethod
+    def check_saved(directory: str | Path) -> None:
+        """Read back what :meth:`save` wrote: FAISS reads the index, of the size saved.
+
+        Raises ``ValueError`` naming the file and what is wrong. A save calls it
+        before it replaces the previous one.
+        """
+        path = Path(directory)
+        with (path / RECORDS_FILE).open(encoding="ascii") as lines:
+            header = json.loads(lines.readline())
+        if header["dim"] is None:
+            return
+        index = read_faiss_file(path / INDEX_FILE)
+        if index.d != header["dim"] or index.ntotal != header["count"]:
+            msg = (
+                f"{path / INDEX_FILE} reads back as {index.ntotal} vectors of {index.d} "
+                f"dimensions, not the {header['count']} of {header['dim']} written."
+            )
+            raise ValueError(msg)
+
     @classmethod
     def load(cls, directory: str | Path, embedding: Embeddings) -> FaissIndex:
         """Read an index written by :meth:`save` (no pickle: JSON and FAISS only).
@@ -910,8 +937,8 @@ def read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
     return info, records
 
 
-def read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
-    """Read a FAISS file and check it matches the records exactly."""
+def read_faiss_file(file: Path) -> Any:
+    """Read a FAISS ``IndexIDMap2`` file; anything else is a ``ValueError`` naming it."""
     try:
         with file.open("rb") as fh:
             magic = fh.read(4)
@@ -920,9 +947,14 @@ def read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
     if magic != b"IxM2":
         raise _damaged(file, f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}")
     try:
-        index: Any = faiss.read_index(str(file))
+        return faiss.read_index(str(file))
     except RuntimeError as err:
         raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
+
+
+def read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
+    """Read a FAISS file and check it matches the records exactly."""
+    index = read_faiss_file(file)
     if index.d != dim:
         msg = (
             f"{file} holds {index.d}-dimensional vectors but the records say {dim}; "

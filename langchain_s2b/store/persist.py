@@ -13,7 +13,7 @@ A save directory holds complete snapshots and a pointer to the current one::
 
 ``save`` holds an inter-process file lock (``path/.lock``, ``filelock``) so saves
 to one path, from threads or processes, run one at a time. It writes a new
-snapshot beside the old ones, flushes it to disk, then
+snapshot beside the old ones, flushes it to disk, reads its FAISS file back, then
 replaces ``CURRENT`` with ``os.replace`` (atomic) and only then removes older
 snapshots: a crash at any moment leaves a loadable save, the old or the new.
 ``load`` reads only JSON and FAISS files, checks every value's type, every
@@ -124,6 +124,8 @@ def _save_locked(saved: Saved, root: Path, include_docstore: bool | None) -> Pat
         meta = _write_snapshot(saved, temp, include_docstore)
         write_json(temp / CONFIG_FILE, meta)
         fsync_dir(temp)
+        if isinstance(saved.vectorstore, FaissIndex):  # read back before it replaces anything
+            FaissIndex.check_saved(temp)
         os.replace(temp, root / name)
         fsync_dir(root)
         write_text_atomic(root / POINTER, name + "\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -46,12 +47,18 @@ T = TypeVar("T")
 
 
 class Runner:
-    """Carries out requests against one child index and one docstore, under one lock."""
+    """Carries out requests against one child index and one docstore, under one lock.
+
+    The lock belongs to the child store: every runner of this process over the
+    same store object (retrievers sharing an index, copies, a
+    ``configurable_fields`` retriever made per call) shares it, so a reader of
+    one never sees half a write of another.
+    """
 
     def __init__(self, index: ChildIndex, docstore: BaseStore[str, Document]) -> None:
         self.index = index
         self.docstore = docstore
-        self.lock = ReadWriteLock()
+        self.lock = shared_lock(index.vectorstore)
 
     def drive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
         """Run one operation under the lock (readers never see half a write).
@@ -152,6 +159,22 @@ class Runner:
                 return await run_in_executor(None, self.run, request)
             case _:
                 raise _unknown(request)
+
+
+_LOCKS: weakref.WeakKeyDictionary[Any, ReadWriteLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def shared_lock(store: Any) -> ReadWriteLock:
+    """The reader/writer lock of a child store object (its own if it can not be referenced)."""
+    with _LOCKS_GUARD:
+        try:
+            found = _LOCKS.get(store)
+            if found is None:
+                found = _LOCKS[store] = ReadWriteLock()
+        except TypeError:  # not weakly referable
+            return ReadWriteLock()
+        return found
 
 
 def _unknown(request: object) -> TypeError:
