@@ -152,6 +152,8 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
             )
         finally:
             store.close()
+    if not found.files and not done.removed:  # a folder with nothing to index (nor to remove)
+        raise UserError(_nothing_to_index(args.paths, found, directory))
     _report_index(done, found, directory, out)
     if done.added or done.updated or done.removed:
         print(clock.summary(done.chunks, "chunk"), file=out)
@@ -261,9 +263,9 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
             counts = store.counts()
             dangling = store.dangling_chunks()
             damaged_rows = len(store.damaged_files())
-        size = store.size()
     finally:
         store.close()
+    size = store.size()  # closed: the write-ahead log is merged into the database file
     files = [
         {
             "path": row.path,
@@ -354,14 +356,10 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     with lock:
         store = open_store(directory, _wanted_embedding(args), writer=args.repair)
         try:
-            with store.db.write() if args.repair else store.db.read():
-                counts = store.counts()
-                found = health.check(store, repair=args.repair)
+            found, counts = health.check(store, repair=args.repair)
             _report_health(found, counts, out)
             if found.damage.database:
-                raise UserError(
-                    store_error(sqlite3.DatabaseError(found.damage.database[0]), directory)
-                )
+                return _damaged_file(store, found, out, repair=args.repair)
             if not args.repair:
                 if found.ok:
                     print("ok", file=out)
@@ -374,10 +372,11 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             store.close()
 
 
-def _report_health(found: health.Health, counts: dict[str, int], out: TextIO) -> None:
+def _report_health(found: health.Health, counts: dict[str, int] | None, out: TextIO) -> None:
     report = found.report
     nodes = f", {report.nodes} node(s)" if report is not None else ""
-    print(f"{_counts_line(counts)}{nodes}", file=out)
+    if counts is not None:
+        print(f"{_counts_line(counts)}{nodes}", file=out)
     problems = _problems(found)
     if problems:
         print(f"damaged: {', '.join(problems)}", file=out)
@@ -412,6 +411,33 @@ def _problems(found: health.Health) -> list[str]:
         (len(found.unowned), "document(s) no indexed file holds"),
     ]
     return [f"{n} {what}" for n, what in counted if n]
+
+
+def _damaged_file(store: Store, found: health.Health, out: TextIO, *, repair: bool) -> int:
+    """The database file itself is damaged: say so, or index the files into a new one."""
+    where = store.directory
+    first = one_line(found.damage.database[0])
+    if not repair:
+        msg = (
+            f"the database file in {where} is damaged ({first}); run: s2b verify --repair "
+            f"--store {where} (it indexes the files again into a new database file)"
+        )
+        raise UserError(msg)
+    done = health.rebuild(store, on_skip=_on_skip, progress=progress.bar)
+    print(
+        f"rebuilt: {done.done.added} file(s) indexed again into a new database file "
+        f"({done.vectors} vector(s) kept from the damaged one, {done.done.embedded} embedded)",
+        file=out,
+    )
+    for path in done.gone:
+        print(one_line(f"s2b: could not rebuild {path}: the file is gone"), file=sys.stderr)
+    if not done.complete:
+        print(
+            "s2b: the list of indexed files could be read only in part: index your folders "
+            f"again into --store {where} to add the rest",
+            file=sys.stderr,
+        )
+    return EXIT_SKIPPED if done.gone or done.done.skipped or not done.complete else 0
 
 
 def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:

@@ -16,7 +16,8 @@ The checks go from the bytes up:
 document whose text is sound, removes the others, and reads their files again
 from disk (:func:`reread`); a file that is gone is named: its documents can not
 be rebuilt. A damaged database file (SQLite's own check fails) can not be
-mended in place.
+mended in place: ``--repair`` then indexes the files again into a new file
+(:func:`rebuild`), keeping the vectors whose digests still check out.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langchain_s2b.cli import indexer
-from langchain_s2b.cli.index_dir import Store
+from langchain_s2b.cli.index_dir import DB_FILE, Store, initialise, replace_database
 from langchain_s2b.cli.loaders import Found
 from langchain_s2b.core.keys import (
     encode_source_key,
@@ -35,7 +36,15 @@ from langchain_s2b.core.keys import (
     source_key_of,
 )
 from langchain_s2b.core.verify import VerifyReport
-from langchain_s2b.store.sqlite import Damage, find_damage, mend
+from langchain_s2b.store.sqlite import (
+    Damage,
+    Database,
+    file_damage,
+    find_damage,
+    mend,
+    readable_rows,
+    salvage_vectors,
+)
 
 
 @dataclass
@@ -63,11 +72,18 @@ class Health:
         )
 
 
-def check(store: Store, *, repair: bool) -> Health:
-    """Check the store (in the caller's transaction: a write one with ``repair``)."""
+def check(store: Store, *, repair: bool) -> tuple[Health, dict[str, int] | None]:
+    """Check the store (``repair``: and mend it, in one transaction), and what it holds."""
+    database = file_damage(store.db)
+    if database:
+        return Health(Damage(database=database)), None
+    with store.db.write() if repair else store.db.read():
+        counts = store.counts()
+        return _check(store, repair=repair), counts
+
+
+def _check(store: Store, *, repair: bool) -> Health:
     health = Health(find_damage(store.db, store.docstore), bad_files=store.damaged_files())
-    if health.damage.database:
-        return health
     if repair:
         mend(store.db, health.damage)
         for path in health.bad_files:
@@ -120,3 +136,45 @@ def reread(
     found = Found(files=there)
     done = indexer.run(store, found, strict=False, on_skip=on_skip, progress=progress, prune=False)
     return done, gone
+
+
+@dataclass
+class Rebuilt:
+    """What :func:`rebuild` did with a store whose database file is damaged."""
+
+    done: indexer.Outcome
+    vectors: int
+    """Vectors kept from the damaged file (their digests checked): not embedded again."""
+    gone: list[str]
+    """Indexed files no longer on disk."""
+    complete: bool
+    """Whether the list of indexed files could be read whole."""
+
+
+def rebuild(
+    store: Store, *, on_skip: Callable[[str, str], None], progress: indexer.Progress
+) -> Rebuilt:
+    """Index the store's files again into a new database file that replaces the damaged one.
+
+    The vectors that the damaged file still holds whole are kept, so only the
+    rest is embedded again. Call under the writer lock; ``store`` is closed.
+    """
+    rows, complete = readable_rows(store.db, "SELECT path FROM files")
+    paths = [str(r[0]) for r in rows if isinstance(r[0], str)]
+    kept = salvage_vectors(store.db)
+    store.close()
+    fresh = store.directory / f"{DB_FILE}.rebuild"
+    for name in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
+        name.unlink(missing_ok=True)
+    db = Database(fresh)
+    try:
+        initialise(db, store.spec)
+        with db.write():
+            db.insert_vectors(kept)
+        new = Store(store.directory, db, store.spec, embedding=store.cache.model, search=False)
+        done, gone = reread(new, paths, on_skip=on_skip, progress=progress)
+        new.cache.collect_garbage()
+    finally:
+        db.close()
+    replace_database(store.directory, fresh)
+    return Rebuilt(done, len(kept), gone, complete)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -149,8 +150,8 @@ class Store:
         return dangling_children(self.db)
 
     def size(self) -> int:
-        """Bytes the store takes on disk (the database and its write-ahead log)."""
-        names = (DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm", LOCK_FILE)
+        """Bytes the store takes on disk (the database, its write-ahead log, the lock)."""
+        names = (DB_FILE, f"{DB_FILE}-wal", LOCK_FILE)
         return sum(
             (self.directory / n).stat().st_size for n in names if (self.directory / n).exists()
         )
@@ -244,8 +245,8 @@ def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool 
         return f"{where} is not an s2b index database ({err})"
     if kind == "corrupt":
         return (
-            f"the database file {where} is damaged ({err}); s2b verify --repair can not mend the "
-            f"file itself: index your files into a new --store"
+            f"the database file {where} is damaged ({err}); run: s2b verify --repair --store "
+            f"{directory} (it indexes the files again into a new database file)"
         )
     return f"{where}: {err}"
 
@@ -333,7 +334,8 @@ def open_store(
         )
         raise UserError(msg)
     if writer:
-        db.add_vector_digests()
+        with contextlib.suppress(sqlite3.DatabaseError):  # a damaged file: verify --repair
+            db.add_vector_digests()
     return Store(directory, db, models.parse_spec(recorded), embedding=embedding, search=search)
 
 
@@ -356,7 +358,14 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
     model = models.make_embedding(spec)  # fail before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     db = _connect(directory)
-    with db.write():  # tables and settings in one transaction: a reader sees both or neither
+    initialise(db, spec)
+    db.close()
+    return open_store(directory, wanted, embedding=model, search=search, writer=True)
+
+
+def initialise(db: Database, spec: str) -> None:
+    """Tables and settings of a new store, in one transaction: a reader sees both or neither."""
+    with db.write():
         db.create_tables(_FILES_TABLE)
         for name, value in (
             ("format", FORMAT),
@@ -365,8 +374,13 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
             ("tree", INDEX_MODE),
         ):
             db.set_meta(name, value)
-    db.close()
-    return open_store(directory, wanted, embedding=model, search=search, writer=True)
+
+
+def replace_database(directory: Path, fresh: Path) -> None:
+    """Put the database file ``fresh`` (closed, its log merged) in place of the store's own."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{_db_path(directory)}{suffix}").unlink(missing_ok=True)
+    os.replace(fresh, _db_path(directory))
 
 
 @contextmanager

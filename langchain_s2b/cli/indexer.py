@@ -44,6 +44,7 @@ from langchain_s2b.cli.loaders import (
     check_name,
     file_digest,
     read_documents,
+    shown,
 )
 from langchain_s2b.cli.progress import Bar
 from langchain_s2b.core.ingest import identify, nodes_key, source_id_of
@@ -236,7 +237,7 @@ def _read_changed(
             except SkippedFile as err:
                 _skip(
                     outcome,
-                    os.fsencode(path).decode("utf-8", "replace"),
+                    shown(path),
                     str(err),
                     report.strict,
                     report.on_skip,

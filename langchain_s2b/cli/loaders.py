@@ -129,9 +129,13 @@ def check_name(path: Path) -> None:
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
-        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-        msg = f"its name is not UTF-8 ({shown}); rename it"
+        msg = "its name is not UTF-8 (the index keeps names as text); rename it"
         raise SkippedFile(msg) from None
+
+
+def shown(path: Path) -> str:
+    r"""A path to print: bytes that are not UTF-8 written as ``\xff``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def file_digest(data: bytes) -> str:

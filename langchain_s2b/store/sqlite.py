@@ -144,8 +144,15 @@ class Database:
             yield self.conn
         finally:
             self._depth = 0
-            if self.conn.in_transaction:
+            self._end_read()
+
+    def _end_read(self) -> None:
+        """End a read transaction; it wrote nothing, so a failure to end it loses nothing."""
+        if self.conn.in_transaction:
+            try:
                 self.conn.execute("COMMIT")
+            except sqlite3.Error:  # e.g. a damaged file: what the reader read says so already
+                self._rollback()
 
     def get_meta(self, name: str) -> str | None:
         """A value of the ``meta`` table."""
@@ -655,21 +662,23 @@ class Damage:
         return not (self.database or self.unreadable or self.vectors or self.children)
 
 
-def find_damage(db: Database, docstore: SQLiteDocStore) -> Damage:
-    """Check every row (call in a transaction).
+def file_damage(db: Database) -> list[str]:
+    """What SQLite's own check of the file (``PRAGMA quick_check``) finds wrong; ``[]``: none."""
+    with db.read():
+        try:
+            found = [str(row[0]) for row in db.conn.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as err:
+            found = [str(err)]
+    return [] if found == ["ok"] else found
 
-    The file itself (SQLite's ``quick_check``), the text and metadata rows,
-    every vector's digest, and that each child's vector is the one made for
-    its text.
+
+def find_damage(db: Database, docstore: SQLiteDocStore) -> Damage:
+    """Check every row of a sound file (call in a transaction; :func:`file_damage` first).
+
+    The text and metadata rows, every vector's digest, and that each child's
+    vector is the one made for its text.
     """
     damage = Damage()
-    try:
-        found = [row[0] for row in db.conn.execute("PRAGMA quick_check")]
-    except sqlite3.DatabaseError as err:
-        found = [str(err)]
-    if found != ["ok"]:
-        damage.database = found
-        return damage
     docstore.unreadable = set()
     keys = list(docstore.yield_keys())
     for part in chunks(keys):
@@ -719,6 +728,48 @@ def _damaged_children(db: Database, docstore: SQLiteDocStore, bad: set[int]) -> 
             if doc is not None and text_hash(doc.page_content) != hash_:
                 damaged.append(key)
     return sorted(damaged)
+
+
+def readable_rows(db: Database, sql: str) -> tuple[list[tuple[Any, ...]], bool]:
+    """The rows of ``sql`` that can be read from a damaged file, and whether all could."""
+    rows: list[tuple[Any, ...]] = []
+    try:
+        for row in db.conn.execute(sql):
+            rows.append(tuple(row))
+    except sqlite3.DatabaseError:
+        return rows, False
+    return rows, True
+
+
+def salvage_vectors(db: Database) -> list[tuple[bytes, bytes]]:
+    """``(hash, vector bytes)`` of the vectors a damaged file still holds whole (digest checked)."""
+    digests = db.has_vector_digests()
+    sql = f"SELECT hash, vec, {'digest' if digests else 'NULL'} FROM vectors"  # noqa: S608
+    rows, whole = readable_rows(db, sql)
+    if not whole:  # a damaged page: read the others one row at a time
+        rows = _rows_one_by_one(db, sql)
+    usable = _vectors_of_common_size({i: bytes(v) for i, (_, v, _) in enumerate(rows)})
+    return [
+        (bytes(h), bytes(v))
+        for i, (h, v, d) in enumerate(rows)
+        if i in usable
+        and np.isfinite(usable[i]).all()
+        and len(h) == len(text_hash(""))
+        and (d is None or d == vector_digest(h, v))
+    ]
+
+
+def _rows_one_by_one(db: Database, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` (over ``vectors``) read by id, skipping those that fail."""
+    try:
+        last = db.conn.execute("SELECT max(id) FROM vectors").fetchone()[0] or 0
+    except sqlite3.DatabaseError:
+        return []
+    rows = []
+    for i in range(1, int(last) + 1):
+        with contextlib.suppress(sqlite3.DatabaseError):
+            rows += db.conn.execute(f"{sql} WHERE id = ?", (i,)).fetchall()
+    return rows
 
 
 def mend(db: Database, damage: Damage) -> None:
