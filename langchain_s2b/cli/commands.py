@@ -116,6 +116,13 @@ def _reading(store: Store) -> Iterator[Store]:
         found = re.search(r"'([^']+)'", str(err))
         what = f"node {found.group(1)!r} is missing" if found else "a node is missing"
         raise _damaged(store, what) from None
+    except (LookupError, TypeError) as err:  # a stored value that is not what it should be
+        where = store.directory
+        msg = (
+            f"the index in {where} could not be read ({type(err).__name__}: {err}); "
+            f"check it: s2b verify --store {where}"
+        )
+        raise UserError(msg) from None
     finally:
         store.close()
 

@@ -186,7 +186,9 @@ def _html(data: bytes) -> tuple[str, str | None]:
     except ImportError:
         msg = 'reading HTML needs beautifulsoup4: pip install "langchain-s2b[cli]"'
         raise SkippedFile(msg) from None
-    soup = BeautifulSoup(data, "html.parser")
+    with warnings.catch_warnings():  # bs4 warns about its callers (a page that looks like
+        warnings.simplefilter("ignore")  # a URL, XHTML read as HTML), not about the text
+        soup = BeautifulSoup(data, "html.parser")
     for tag in soup(["script", "style", "template", "noscript"]):
         tag.decompose()
     title = soup.title.get_text(" ", strip=True) if soup.title else None

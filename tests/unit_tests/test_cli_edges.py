@@ -100,6 +100,25 @@ class TestHostileNames:
             assert _lines(out) == [first, "skipped 1 file(s): 1 unreadable"]
         assert _texts(capsys, store, "search small", k=1) == [("README", GUIDE)]
 
+    def test_lone_surrogates_in_rows_and_a_page_that_looks_like_a_url(
+        self, tmp_path: Path, capsys
+    ) -> None:
+        docs, store = tmp_path / "x", tmp_path / "s"
+        docs.mkdir()
+        (docs / "rows.jsonl").write_text('{"id": "a\\ud800b", "text": "Lone \\udc00 wombats."}\n')
+        (docs / "url.html").write_text("http://example.com/page.html")  # bs4 warns about it
+        code, out, err = _run(capsys, "index", str(docs), "--store", str(store))
+        assert (code, err) == (0, "")
+        code, out, err = _run(capsys, "query", "wombats", "--store", str(store), "-k", "1")
+        assert (code, err) == (0, "")
+        assert out.splitlines()[1] == "**Lone \ufffd wombats.**"
+        code, out, err = _run(
+            capsys, "query", "wombats", "--store", str(store), "-k", "1", "--json"
+        )
+        assert (code, err) == (0, "")
+        assert '"text": "Lone \\udc00 wombats."' in out
+        assert json.loads(out)["results"][0]["text"] == "Lone \udc00 wombats."
+
 
 # 2. Problems inside one JSONL file --------------------------------------------------------
 
