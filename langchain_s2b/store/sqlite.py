@@ -107,8 +107,15 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed whole, or rolled back."""
+        """A write transaction (``BEGIN IMMEDIATE``): committed whole, or rolled back.
+
+        Inside a transaction that SQLite already ended (it rolls back by itself
+        on a full disk), a nested write is refused instead of running alone.
+        """
         if self._depth:
+            if not self.conn.in_transaction:
+                msg = "SQLite ended the transaction after an error; nothing more is written in it"
+                raise sqlite3.OperationalError(msg)
             self._depth += 1
             try:
                 yield self.conn
