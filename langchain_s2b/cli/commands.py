@@ -216,7 +216,7 @@ def _report_index(done: indexer.Outcome, found: Found, directory: Path, out: Tex
         print(f"skipped {skipped} file(s): {', '.join(p for p in parts if p)}", file=out)
 
 
-def check_query(args: argparse.Namespace) -> str | None:
+def _check_query(args: argparse.Namespace) -> str | None:
     """What is wrong with a query's command line (an empty question, an unused option)."""
     if not args.question.strip():
         return "the question is empty; ask something, e.g. s2b query 'who was Rollo?'"
@@ -297,11 +297,12 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
             )
         print(one_line(f"{_counts_line(counts)} in {args.store}"), file=out)
         print(one_line(f"embedding {store.spec}; {_size(size)} on disk"), file=out)
+    problems = [
+        f"{dangling} chunk(s) without their vector" if dangling else "",
+        f"{damaged_rows} damaged file record(s)" if damaged_rows else "",
+    ]
     if dangling or damaged_rows:
-        what = f"{dangling} chunk(s) without their vector" if dangling else ""
-        what += ", " if dangling and damaged_rows else ""
-        what += f"{damaged_rows} damaged file record(s)" if damaged_rows else ""
-        raise _damaged(store, what)
+        raise _damaged(store, ", ".join(p for p in problems if p))
     return 0
 
 
@@ -313,13 +314,10 @@ def _counts_line(counts: dict[str, int]) -> str:
 
 def _size(size: int) -> str:
     """``912 bytes``, ``1.3 MB``."""
-    if size < 1000:
-        return f"{size} bytes"
-    for unit in ("kB", "MB", "GB"):
-        size_f = size / 1000 ** ("kMG".index(unit[0]) + 1)
-        if size_f < 1000 or unit == "GB":
-            return f"{size_f:.1f} {unit}"
-    return f"{size} bytes"  # pragma: no cover
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
@@ -651,7 +649,7 @@ def _validation_line(err: ValidationError) -> str:
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
-    problem = check_query(args) if args.command == "query" else None
+    problem = _check_query(args) if args.command == "query" else None
     if problem is not None:
         parser.exit(2, f"s2b query: error: {one_line(problem)} (see s2b query --help)\n")
     return args

@@ -69,11 +69,6 @@ class Found:
     """Files of the store itself inside a given folder (never indexed)."""
 
 
-def absolute(path: str | Path) -> Path:
-    """``path`` made absolute without resolving symlinks (``..`` is folded)."""
-    return Path(os.path.abspath(Path(path).expanduser()))
-
-
 def resolved(path: str | Path) -> Path:
     """``path`` made absolute with ``~``, ``..`` and every symlink resolved: a file's one name."""
     return Path(os.path.realpath(Path(path).expanduser()))
