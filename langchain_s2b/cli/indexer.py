@@ -170,7 +170,7 @@ def run(
     )
     gone = _gone(found, stored) if prune else set()
     accepted, holders = _claim(store, stored, gone, loaded, outcome, strict, on_skip)
-    _plan(accepted, outcome)
+    _plan(accepted, outcome, progress)
     todo = set(store.cache.missing([t for item in accepted for t in item.texts]))
     bar = progress(len(todo), "vector", "embedding")
     try:
@@ -366,15 +366,20 @@ def _stored_document(store: Store, sid: str) -> Document | None:
     return Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
 
 
-def _plan(accepted: list[_Loaded], outcome: Outcome) -> None:
+def _plan(accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None:
     """Split the accepted files; count documents, chunks and vectors once each."""
     chunks: dict[str, int] = {}
     texts: set[str] = set()
-    for item in accepted:
-        item.texts, item.chunks = plan(item.docs)
-        chunks.update(item.chunks)
-        texts.update(item.texts)
-        chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
+    bar = progress(len(accepted), "file", "splitting")
+    try:
+        for item in accepted:
+            item.texts, item.chunks = plan(item.docs)
+            chunks.update(item.chunks)
+            texts.update(item.texts)
+            chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
+            bar.update(1)
+    finally:
+        bar.close()
     outcome.documents = len(chunks)
     outcome.chunks = sum(chunks.values())
     outcome.vectors = len(texts)

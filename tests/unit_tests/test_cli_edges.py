@@ -673,6 +673,8 @@ class TestFirstHour:
         assert steps == [
             "s2b: reading: 1/2 file(s) (50%), T elapsed",
             "s2b: reading: 2/2 file(s) (100%), T elapsed",
+            "s2b: splitting: 1/2 file(s) (50%), T elapsed",
+            "s2b: splitting: 2/2 file(s) (100%), T elapsed",
             "s2b: embedding: 4/4 vector(s) (100%), T elapsed",
         ]
         assert TIMING.fullmatch(out.splitlines()[-1])
