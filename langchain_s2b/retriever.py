@@ -411,17 +411,21 @@ class SmallToBigRetriever(BaseRetriever):
             loaded.vectorstore.adopt_lexical(loaded.lexical)  # else built from its records
         return cls(vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields)
 
-    def verify(self, *, repair: bool = False) -> checks.VerifyReport:
+    def verify(self, *, repair: bool = False, digests: bool = False) -> checks.VerifyReport:
         """Check that the child index, the docstore and the manifests agree.
 
         With ``repair=True``, delete orphans and re-index (or remove) sources
-        with missing pieces; see :mod:`langchain_s2b.verify`.
+        with missing pieces. With ``digests=True``, also split every stored
+        source again and compare it with its manifest's digest and its stored
+        nodes (only meaningful with the split configuration the sources were
+        written with); see :mod:`langchain_s2b.core.verify`.
         """
-        return self._io.drive(checks.check(self._lifecycle_config(), repair=repair), write=repair)
+        op = checks.check(self._lifecycle_config(), repair=repair, digests=digests)
+        return self._io.drive(op, write=repair)
 
-    async def averify(self, *, repair: bool = False) -> checks.VerifyReport:
+    async def averify(self, *, repair: bool = False, digests: bool = False) -> checks.VerifyReport:
         """Async :meth:`verify`."""
-        op = checks.check(self._lifecycle_config(), repair=repair)
+        op = checks.check(self._lifecycle_config(), repair=repair, digests=digests)
         return await self._io.adrive(op, write=repair)
 
     # Batch -------------------------------------------------------------------------

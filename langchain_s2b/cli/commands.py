@@ -5,7 +5,7 @@
     s2b index docs/ notes.md articles.jsonl --store .s2b
     s2b query "who was Rollo?" --store .s2b --mode window -k 3
     s2b query "who was Rollo?" --store .s2b --json | jq '.results[0].score'
-    s2b list --store .s2b
+    s2b list --store .s2b --json
     s2b delete docs/old --store .s2b
     s2b verify --store .s2b --repair
     s2b eval --store .s2b --questions questions.jsonl
@@ -21,6 +21,12 @@ Defaults (``k``, ``mode``, ``window_size``) are the Python API's, read from
 Exit status: 0 done, 1 error (one line on stderr, never a traceback), 2 bad
 command line, 3 done but some files could not be read (each one named), 130
 interrupted. A closed pipe (``s2b query ... | head``) ends the command quietly.
+Warnings (a library's, the retriever's) are one line each, after the command.
+
+Counts mean the same in every command: a *file* is an indexed file, a
+*document* a source (a text file, a PDF page, a JSONL row), a *chunk* a leaf the
+index searches (a sentence), a *vector* a distinct chunk text with its stored
+embedding (identical chunks share one).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import os
 import sqlite3
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -38,7 +45,7 @@ from typing import Any, NoReturn, TextIO
 from pydantic import ValidationError
 
 from langchain_s2b import __version__, evaluation
-from langchain_s2b.cli import display, indexer, serve
+from langchain_s2b.cli import display, health, indexer, progress, serve
 from langchain_s2b.cli.errors import UserError, one_line, safe, safe_json
 from langchain_s2b.cli.index_dir import (
     PARENT_LEVEL,
@@ -46,19 +53,21 @@ from langchain_s2b.cli.index_dir import (
     Store,
     open_or_create,
     open_store,
+    store_error,
     writer_lock,
 )
-from langchain_s2b.cli.loaders import SUFFIXES, absolute, find_files
+from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, resolved
 from langchain_s2b.cli.querying import (
     DEFAULT_COUNTER,
     DEFAULT_K,
     DEFAULT_MODE,
     TOKEN_COUNTERS,
     damaged,
+    damaged_store,
     query_options,
 )
 from langchain_s2b.core.hits import MissingNodeError
-from langchain_s2b.core.keys import encode_source_key, is_manifest_key, source_key_of
+from langchain_s2b.core.keys import encode_source_key, manifest_key
 from langchain_s2b.core.params import MODES
 
 EMBEDDING_ENV = "S2B_EMBEDDING"
@@ -75,26 +84,18 @@ def _wanted_embedding(args: argparse.Namespace) -> str | None:
     return args.embedding or os.environ.get(EMBEDDING_ENV) or None
 
 
-# Progress --------------------------------------------------------------------------
+def _damaged(store: Store, what: str) -> UserError:
+    return damaged_store(store.directory, what)
 
 
-def _progress(total: int, unit: str, desc: str | None = None) -> Any:
-    """A tqdm bar (with its ETA) on a terminal; a silent stand-in otherwise."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is None or not sys.stderr.isatty() or total == 0:
-        return _NoBar()
-    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False, mininterval=0)
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        """Nothing to show."""
-
-    def close(self) -> None:
-        """Nothing to close."""
+def _restore(store: Store) -> None:
+    """Fill FAISS from the store; a chunk left out (its node or vector damaged) is one line."""
+    store.restore()
+    left = store.index.unrestored
+    if left:
+        raise _damaged(
+            store, f"{len(left)} chunk(s) without their text or vector, e.g. {left[0]!r}"
+        )
 
 
 @contextmanager
@@ -102,10 +103,17 @@ def _reading(store: Store) -> Iterator[Store]:
     """One snapshot of the store for the whole command; a damaged store is one line."""
     try:
         with store.db.read():
-            store.restore()
+            _restore(store)
             yield store
     except MissingNodeError as err:
         raise damaged(store.directory, err) from None
+    except (LookupError, TypeError) as err:  # a stored value that is not what it should be
+        where = store.directory
+        msg = (
+            f"the index in {where} could not be read ({type(err).__name__}: {err}); "
+            f"check it: s2b verify --store {where}"
+        )
+        raise UserError(msg) from None
     finally:
         store.close()
 
@@ -113,34 +121,40 @@ def _reading(store: Store) -> Iterator[Store]:
 # Commands --------------------------------------------------------------------------
 
 
+def _on_skip(path: str, reason: str) -> None:
+    print(one_line(f"s2b: skipped {path}: {reason}"), file=sys.stderr)
+
+
+def _on_note(path: str, note: str) -> None:
+    print(one_line(f"s2b: note: {path}: {note}"), file=sys.stderr)
+
+
 def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b index PATH... --store DIR``."""
+    clock = progress.Clock()
     directory = Path(args.store)
     found = find_files(args.paths, exclude=directory)
-    if not found.files and not found.folders:
-        msg = f"nothing to index in {' '.join(args.paths)} (looked for {', '.join(SUFFIXES)})"
-        raise UserError(msg)
-    if not found.files and not (directory / "s2b.sqlite").exists():
-        msg = f"nothing to index in {' '.join(args.paths)} (looked for {', '.join(SUFFIXES)})"
-        raise UserError(msg)
-
-    def on_skip(path: str, reason: str) -> None:
-        print(one_line(f"s2b: skipped {path}: {reason}"), file=sys.stderr)
-
+    if not found.files and (not found.folders or not (directory / "s2b.sqlite").exists()):
+        raise UserError(_nothing_to_index(args.paths, found, directory))
     with writer_lock(directory, wait=not args.no_wait):
         store = open_or_create(directory, _wanted_embedding(args), search=False)
         try:
-            store.restore()
+            _restore(store)
             done = indexer.run(
                 store,
                 found,
                 strict=args.strict,
-                on_skip=on_skip,
-                progress=lambda total: _progress(total, "chunk", "embedding"),
+                on_skip=_on_skip,
+                on_note=_on_note,
+                progress=progress.bar,
             )
         finally:
             store.close()
+    if not found.files and not done.removed:  # a folder with nothing to index (nor to remove)
+        raise UserError(_nothing_to_index(args.paths, found, directory))
     _report_index(done, found, directory, out)
+    if done.added or done.updated or done.removed:
+        print(clock.summary(done.chunks, "chunk"), file=out)
     if done.skipped:
         print(
             f"s2b: {len(done.skipped)} file(s) could not be read and were skipped", file=sys.stderr
@@ -149,23 +163,62 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _report_index(done: indexer.Outcome, found: Any, directory: Path, out: TextIO) -> None:
+def _nothing_to_index(paths: list[str], found: Found, directory: Path) -> str:
+    where = " ".join(paths)
+    if found.store:
+        return (
+            f"nothing to index in {where}: the only files there are the store's own "
+            f"(--store {directory} is inside it)"
+        )
+    return f"nothing to index in {where} (looked for {', '.join(SUFFIXES)}){_passed_over(found)}"
+
+
+def _passed_over(found: Found) -> str:
+    parts = [
+        f"{found.hidden} hidden (names starting with '.')" if found.hidden else "",
+        f"{found.other} of another type" if found.other else "",
+    ]
+    listed = ", ".join(p for p in parts if p)
+    return f"; passed over {listed}" if listed else ""
+
+
+def _report_index(done: indexer.Outcome, found: Found, directory: Path, out: TextIO) -> None:
     files = done.added + done.updated + done.unchanged
     if done.added or done.updated or done.removed:
-        reused = done.chunks - done.embedded
+        reused = done.vectors - done.embedded
         print(
             one_line(
                 f"indexed {files} file(s) into {directory}: {done.added} added, "
                 f"{done.updated} updated, {done.removed} removed, {done.unchanged} unchanged; "
-                f"{done.documents} document(s), {done.chunks} chunk(s) "
-                f"({done.embedded} embedded, {reused} reused)"
+                f"{done.documents} document(s), {done.chunks} chunk(s), {done.vectors} "
+                f"vector(s) ({done.embedded} embedded, {reused} reused)"
             ),
             file=out,
         )
     else:
         print(one_line(f"nothing to do: all {files} file(s) unchanged in {directory}"), file=out)
-    if found.hidden:
-        print(f"skipped {found.hidden} hidden file(s) (names starting with '.')", file=out)
+    parts = [
+        f"{found.hidden} hidden (names starting with '.')" if found.hidden else "",
+        f"{found.other} of an unsupported type" if found.other else "",
+        f"{len(done.skipped)} unreadable" if done.skipped else "",
+    ]
+    skipped = found.hidden + found.other + len(done.skipped)
+    if skipped:
+        print(f"skipped {skipped} file(s): {', '.join(p for p in parts if p)}", file=out)
+
+
+def _check_query(args: argparse.Namespace) -> str | None:
+    """What is wrong with a query's command line (an empty question, an unused option)."""
+    if not args.question.strip():
+        return "the question is empty; ask something, e.g. s2b query 'who was Rollo?'"
+    unused = [
+        (args.window_size is not None and args.mode != "window", "--window-size", "window"),
+        (args.parent_level is not None and args.mode != "parent", "--parent-level", "parent"),
+    ]
+    for wrong, option, mode in unused:
+        if wrong:
+            return f"{option} is for --mode {mode}; --mode {args.mode} does not use it"
+    return None
 
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
@@ -199,38 +252,75 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
-    """``s2b list --store DIR``: the indexed files."""
+    """``s2b list --store DIR [--json]``: the indexed files, the model and the store's size."""
     store = open_store(Path(args.store), _wanted_embedding(args))
     try:
-        rows = store.files()
+        with store.db.read():
+            rows = store.files()
+            counts = store.counts()
+            dangling = store.dangling_chunks()
+            damaged_rows = len(store.damaged_files())
     finally:
         store.close()
-    for row in rows.values():
-        state = "" if os.path.exists(row.path) else "  (file no longer exists)"
-        print(
-            one_line(f"{row.path}  {len(row.sources)} document(s), {row.chunks} chunk(s){state}"),
-            file=out,
-        )
-    docs = sum(len(r.sources) for r in rows.values())
-    chunks = sum(r.chunks for r in rows.values())
-    print(
-        one_line(f"{len(rows)} file(s), {docs} document(s), {chunks} chunk(s) in {args.store}"),
-        file=out,
-    )
+    size = store.size()  # closed: the write-ahead log is merged into the database file
+    files = [
+        {
+            "path": row.path,
+            "documents": len(row.sources),
+            "chunks": row.chunks,
+            "exists": os.path.exists(row.path),
+        }
+        for row in rows.values()
+    ]
+    if args.json:
+        payload = {"store": str(args.store), "embedding": store.spec, "bytes": size, **counts}
+        payload["files_indexed"] = files
+        print(safe_json(json.dumps(payload, ensure_ascii=False, indent=2)), file=out)
+    else:
+        for f in files:
+            state = "" if f["exists"] else "  (file no longer exists)"
+            print(
+                one_line(
+                    f"{f['path']}  {f['documents']} document(s), {f['chunks']} chunk(s){state}"
+                ),
+                file=out,
+            )
+        print(one_line(f"{_counts_line(counts)} in {args.store}"), file=out)
+        print(one_line(f"embedding {store.spec}; {_size(size)} on disk"), file=out)
+    problems = [
+        f"{dangling} chunk(s) without their vector" if dangling else "",
+        f"{damaged_rows} damaged file record(s)" if damaged_rows else "",
+    ]
+    if dangling or damaged_rows:
+        raise _damaged(store, ", ".join(p for p in problems if p))
     return 0
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    return ", ".join(
+        f"{counts[name]} {name[:-1]}(s)" for name in ("files", "documents", "chunks", "vectors")
+    )
+
+
+def _size(size: int) -> str:
+    """``912 bytes``, ``1.3 MB``."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b delete PATH... --store DIR``: remove files (or every file under folders)."""
     directory = Path(args.store)
     with writer_lock(directory, wait=not args.no_wait):
-        store = open_store(directory, _wanted_embedding(args), search=False)
+        store = open_store(directory, _wanted_embedding(args), search=False, writer=True)
         try:
             rows = store.files()
             chosen: dict[str, Any] = {}
             missing = []
             for raw in args.paths:
-                path = str(absolute(raw))
+                path = str(resolved(raw))
                 hits = [p for p in rows if p == path or p.startswith(path.rstrip(os.sep) + os.sep)]
                 chosen.update((p, rows[p]) for p in hits)
                 if not hits:
@@ -238,7 +328,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
             kept = {s for p, r in rows.items() if p not in chosen for s in r.sources}
             sources = [s for r in chosen.values() for s in r.sources if s not in kept]
             with store.db.write():
-                store.restore()
+                _restore(store)
                 store.retriever.delete(sources)
                 for path in chosen:
                     store.drop_file(path)
@@ -255,56 +345,122 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    """``s2b verify --store DIR [--repair]``: nodes, manifests and vectors agree."""
+    """``s2b verify --store DIR [--repair]``: every row, digest and document checked."""
     directory = Path(args.store)
     lock = writer_lock(directory, wait=not args.no_wait) if args.repair else nullcontext()
     with lock:
-        store = open_store(directory, _wanted_embedding(args))
+        store = open_store(directory, _wanted_embedding(args), writer=args.repair)
         try:
-            with store.db.write() if args.repair else store.db.read():
-                store.restore()
-                report = store.retriever.verify(repair=args.repair)
-                lost = _files_without_sources(store)
-                if args.repair:
-                    for path in lost:
-                        store.drop_file(path)
-            if args.repair:
-                store.cache.collect_garbage()
+            found, counts = health.check(store, repair=args.repair)
+            _report_health(found, counts, out)
+            if found.damage.database:
+                return _damaged_file(store, found, out, repair=args.repair)
+            if not args.repair:
+                if found.ok:
+                    print("ok", file=out)
+                    return 0
+                repair = f"s2b verify --repair --store {directory}"
+                print(f"s2b: error: {directory} is damaged; run: {repair}", file=sys.stderr)
+                return 1
+            return _after_repair(store, found, out)
         finally:
             store.close()
-    damaged = len(report.missing_nodes) + len(report.missing_children)
-    orphans = len(report.orphan_nodes) + len(report.orphan_children)
-    print(
-        f"{report.sources} source(s), {report.nodes} node(s), {report.children} vector(s); "
-        f"{damaged} damaged source(s), {orphans} orphan(s), "
-        f"{len(report.bad_manifests)} bad manifest(s), {len(lost)} file(s) with lost documents",
-        file=out,
-    )
-    if args.repair and (not report.ok or lost):
+
+
+def _report_health(found: health.Health, counts: dict[str, int] | None, out: TextIO) -> None:
+    report = found.report
+    nodes = f", {report.nodes} node(s)" if report is not None else ""
+    if counts is not None:
+        print(f"{_counts_line(counts)}{nodes}", file=out)
+    problems = _problems(found)
+    if problems:
+        print(f"damaged: {', '.join(problems)}", file=out)
+    if found.damage.unchecked:
         print(
-            f"repaired: {len(report.rebuilt)} source(s) rebuilt, {len(report.removed)} removed, "
-            f"{orphans} orphan(s) deleted; {len(lost)} file(s) will be read again by s2b index",
+            f"{found.damage.unchecked} vector(s) have no digest yet (an older store): "
+            "the next s2b index or verify --repair adds them",
             file=out,
         )
-        return 0
-    if report.ok and not lost:
+
+
+def _problems(found: health.Health) -> list[str]:
+    damage, report = found.damage, found.report
+    counted = [
+        (len(damage.database), "problem(s) in the database file"),
+        (len(damage.unreadable), "unreadable row(s)"),
+        (len(damage.vectors), "vector(s) whose bytes changed"),
+        (len(damage.children), "chunk(s) without their vector"),
+        (len(found.bad_files), "damaged file record(s)"),
+    ]
+    if report is not None:
+        missing = {*report.missing_nodes, *report.missing_children}
+        counted += [
+            (len(report.bad_digests), "document(s) whose text, metadata or manifest changed"),
+            (len(report.bad_nodes), "document(s) with changed nodes"),
+            (len(missing), "document(s) with missing pieces"),
+            (len(report.orphan_nodes) + len(report.orphan_children), "orphan(s)"),
+            (len(report.bad_manifests), "bad manifest(s)"),
+        ]
+    counted += [
+        (len(found.lost), "file(s) with lost documents"),
+        (len(found.unowned), "document(s) no indexed file holds"),
+    ]
+    return [f"{n} {what}" for n, what in counted if n]
+
+
+def _damaged_file(store: Store, found: health.Health, out: TextIO, *, repair: bool) -> int:
+    """The database file itself is damaged: say so, or index the files into a new one."""
+    where = store.directory
+    first = one_line(found.damage.database[0])
+    if not repair:
+        msg = (
+            f"the database file in {where} is damaged ({first}); run: s2b verify --repair "
+            f"--store {where} (it indexes the files again into a new database file)"
+        )
+        raise UserError(msg)
+    done = health.rebuild(store, on_skip=_on_skip, progress=progress.bar)
+    print(
+        f"rebuilt: {done.done.added} file(s) indexed again into a new database file "
+        f"({done.vectors} vector(s) kept from the damaged one, {done.done.embedded} embedded)",
+        file=out,
+    )
+    for path in done.gone:
+        print(one_line(f"s2b: could not rebuild {path}: the file is gone"), file=sys.stderr)
+    if not done.complete:
+        print(
+            "s2b: the list of indexed files could be read only in part: index your folders "
+            f"again into --store {where} to add the rest",
+            file=sys.stderr,
+        )
+    return EXIT_SKIPPED if done.gone or done.done.skipped or not done.complete else 0
+
+
+def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:
+    """Read the files of lost documents again; name those that are gone."""
+    report = found.report
+    assert report is not None
+    files = list(dict.fromkeys(found.lost + found.bad_files))
+    done, gone = health.reread(store, files, on_skip=_on_skip, progress=progress.bar)
+    store.cache.collect_garbage()
+    if found.ok:
         print("ok", file=out)
         return 0
+    rows = len(found.damage.unreadable) + len(found.damage.vectors) + len(found.damage.children)
+    orphans = len(report.orphan_nodes) + len(report.orphan_children)
     print(
-        f"s2b: error: {directory} is damaged; run: s2b verify --repair --store {directory}",
-        file=sys.stderr,
+        f"repaired: {len(report.rebuilt)} document(s) rebuilt from their stored text, "
+        f"{len(report.removed) + len(found.unowned)} removed, {rows} damaged row(s) and "
+        f"{orphans} orphan(s) deleted; {len(files) - len(gone)} file(s) read again from disk",
+        file=out,
     )
-    return 1
-
-
-def _files_without_sources(store: Store) -> list[str]:
-    """Indexed files one of whose documents has no manifest (it was lost)."""
-    present = {source_key_of(k) for k in store.docstore.yield_keys() if is_manifest_key(k)}
-    return [
-        path
-        for path, row in store.files().items()
-        if any(encode_source_key(s) not in present for s in row.sources)
-    ]
+    for path in gone:
+        print(
+            one_line(
+                f"s2b: could not rebuild {path}: the file is gone; its documents left the index"
+            ),
+            file=sys.stderr,
+        )
+    return EXIT_SKIPPED if gone or done.skipped else 0
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
@@ -318,12 +474,13 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         msg = f"no questions in {args.questions}"
         raise UserError(msg)
     with _reading(open_store(Path(args.store), _wanted_embedding(args))) as store:
+        _warn_absent_documents(store, questions)
         retriever = store.retriever
         rows: dict[str, Any] = {"sentences (plain chunks)": retriever.vectorstore.as_retriever()}
         for mode in args.modes:
             rows[mode] = retriever.model_copy(update={"mode": mode})
         reports = []
-        bar = _progress(len(questions) * len(rows), "question")
+        bar = progress.bar(len(questions) * len(rows), "question", "evaluating")
         try:
             for name, row in rows.items():
                 reports.append(
@@ -354,6 +511,23 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         return serve.run(Path(args.store), _wanted_embedding(args), http=args.http, token=token)
     except KeyboardInterrupt:
         return 0
+
+
+def _warn_absent_documents(store: Store, questions: Sequence[evaluation.Question]) -> None:
+    """One line naming the questions whose document is not in the store (they score 0)."""
+    wanted = list(dict.fromkeys(q.doc_id for q in questions))
+    manifests = store.docstore.mget([manifest_key(encode_source_key(d)) for d in wanted])
+    absent = {d for d, m in zip(wanted, manifests, strict=True) if m is None}
+    if absent:
+        about = [q for q in questions if q.doc_id in absent]
+        print(
+            one_line(
+                f"s2b: warning: {len(about)} of {len(questions)} question(s) are about "
+                f"{len(absent)} document(s) not in {store.directory} (e.g. doc_id "
+                f"{about[0].doc_id!r}); they score 0"
+            ),
+            file=sys.stderr,
+        )
 
 
 # Command line ----------------------------------------------------------------------
@@ -429,7 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="show N characters of each context around its best match (0: all)",
     )  # fmt: skip
 
-    add("list", parents=[common], help="the indexed files")
+    listing = add("list", parents=[common], help="the indexed files, the model, the store's size")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
     delete = add("delete", parents=[common, writer], help="remove files or folders from the index")
     delete.add_argument("paths", nargs="+", metavar="PATH", help="indexed files or folders")
     verify = add("verify", parents=[common, writer], help="check (and repair) the index")
@@ -486,22 +661,35 @@ def _validation_line(err: ValidationError) -> str:
     return f"bad configuration: {where}: {first.get('msg')}"
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    problem = _check_query(args) if args.command == "query" else None
+    if problem is not None:
+        parser.exit(2, f"s2b query: error: {one_line(problem)} (see s2b query --help)\n")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``s2b``; returns the exit status (see the module docstring)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as stop:
         return int(stop.code or 0)
     try:
-        code = COMMANDS[args.command](args, sys.stdout)
-        sys.stdout.flush()
+        with warnings.catch_warnings(record=True) as caught:
+            _record_warnings()
+            code = COMMANDS[args.command](args, sys.stdout)
+            sys.stdout.flush()
+        _print_warnings(caught)
     except BrokenPipeError:
         _silence_stdout()
         return 0
     except ValidationError as err:
         print(f"s2b: error: {one_line(_validation_line(err))}", file=sys.stderr)
-    except (UserError, ValueError, OSError, ImportError, LookupError, sqlite3.Error) as err:
+    except (sqlite3.Error, OSError) as err:
+        print(f"s2b: error: {one_line(_io_line(err, args))}", file=sys.stderr)
+    except (UserError, ValueError, ImportError, LookupError) as err:
         print(f"s2b: error: {one_line(str(err)) or type(err).__name__}", file=sys.stderr)
     except KeyboardInterrupt:
         print(
@@ -513,6 +701,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         return code
     return 1
+
+
+def _io_line(err: sqlite3.Error | OSError, args: argparse.Namespace) -> str:
+    """A database or disk error in one line: a full disk says so, naming the store."""
+    line = store_error(err, Path(args.store)) if hasattr(args, "store") else ""
+    if isinstance(err, sqlite3.Error) or line.startswith("the disk holding"):
+        return line
+    return str(err) or type(err).__name__
+
+
+def _record_warnings() -> None:
+    """Warnings that Python shows by default are kept, to be printed one line each."""
+    warnings.simplefilter("ignore")
+    for category in (UserWarning, RuntimeWarning, FutureWarning):
+        warnings.simplefilter("always", category)
+
+
+def _print_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """After a command that succeeded: each distinct warning, in one line."""
+    for text in dict.fromkeys(str(w.message) for w in caught):
+        print(f"s2b: warning: {one_line(text)}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

@@ -19,7 +19,11 @@ _ESCAPES = re.compile(
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # 8-bit string controls
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
+_JSON_UNSAFE = re.compile(
+    r"[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069\ud800-\udfff]"
+)
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
+"""Lone surrogates (a JSONL row can hold them): no terminal encoding can print them."""
 
 
 class UserError(Exception):
@@ -27,8 +31,11 @@ class UserError(Exception):
 
 
 def safe(text: str) -> str:
-    """``text`` without escape sequences and control characters (newline and tab stay)."""
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+    """``text`` without escape sequences and control characters (newline and tab stay).
+
+    A lone surrogate becomes U+FFFD.
+    """
+    return _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))
 
 
 def one_line(text: str) -> str:
@@ -37,7 +44,7 @@ def one_line(text: str) -> str:
 
 
 def safe_json(text: str) -> str:
-    r"""JSON text with C1 controls and direction marks written as ``\uXXXX`` escapes.
+    r"""JSON text with C1 controls, direction marks and lone surrogates as ``\uXXXX`` escapes.
 
     ``json.dumps`` already escapes C0 controls (ESC, BEL, ...); the characters
     replaced here are legal raw in JSON but act on a terminal. They only occur

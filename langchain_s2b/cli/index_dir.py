@@ -15,7 +15,11 @@ manifests and the child index commit together.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import shutil
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -29,7 +33,13 @@ from langchain_core.embeddings import Embeddings
 from langchain_s2b.cli import models
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.sqlite import CachedEmbeddings, Database, SQLiteDocStore, SQLiteFaissIndex
+from langchain_s2b.store.sqlite import (
+    CachedEmbeddings,
+    Database,
+    SQLiteDocStore,
+    SQLiteFaissIndex,
+    dangling_children,
+)
 
 DB_FILE = "s2b.sqlite"
 LOCK_FILE = "s2b.lock"
@@ -110,9 +120,41 @@ class Store:
     # Indexed files ------------------------------------------------------------------
 
     def files(self) -> dict[str, FileRow]:
-        """Every indexed file by path."""
+        """Every indexed file by path (a row whose bytes are damaged is left out)."""
         rows = self.db.conn.execute("SELECT * FROM files ORDER BY path").fetchall()
-        return {r[0]: FileRow(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows}
+        found = {}
+        for r in rows:
+            row = _file_row(r)
+            if row is not None:
+                found[row.path] = row
+        return found
+
+    def damaged_files(self) -> list[str]:
+        """Paths of ``files`` rows whose bytes are damaged."""
+        rows = self.db.conn.execute("SELECT * FROM files ORDER BY path").fetchall()
+        return [str(r[0]) for r in rows if _file_row(r) is None]
+
+    def counts(self) -> dict[str, int]:
+        """Files, documents (distinct, over the files), chunks and vectors in the store."""
+        rows = self.files()
+        conn = self.db.conn
+        return {
+            "files": len(rows),
+            "documents": len({s for row in rows.values() for s in row.sources}),
+            "chunks": int(conn.execute("SELECT count(*) FROM children").fetchone()[0]),
+            "vectors": int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0]),
+        }
+
+    def dangling_chunks(self) -> int:
+        """Chunks whose vector row is gone (damage a cheap query can see)."""
+        return dangling_children(self.db)
+
+    def size(self) -> int:
+        """Bytes the store takes on disk (the database, its write-ahead log, the lock)."""
+        names = (DB_FILE, f"{DB_FILE}-wal", LOCK_FILE)
+        return sum(
+            (self.directory / n).stat().st_size for n in names if (self.directory / n).exists()
+        )
 
     def put_file(self, row: FileRow) -> None:
         """Record an indexed file (inside the caller's transaction)."""
@@ -128,6 +170,25 @@ class Store:
     def close(self) -> None:
         """Close the database."""
         self.db.close()
+
+
+def _file_row(r: tuple[Any, ...]) -> FileRow | None:
+    """A ``files`` row, or ``None`` when its bytes no longer decode to one."""
+    try:
+        path, size, mtime_ns, sha256, sources, chunks = r
+        listed = json.loads(sources)
+    except (ValueError, TypeError):
+        return None
+    fields_ok = (
+        isinstance(path, str)
+        and isinstance(size, int)
+        and isinstance(mtime_ns, int)
+        and isinstance(sha256, str)
+        and isinstance(listed, list)
+        and all(isinstance(x, str) for x in listed)
+        and isinstance(chunks, int)
+    )
+    return FileRow(path, size, mtime_ns, sha256, listed, chunks) if fields_ok else None
 
 
 def _db_path(directory: Path) -> Path:
@@ -163,8 +224,63 @@ def _connect(directory: Path) -> Database:
     try:
         return Database(_db_path(directory))
     except sqlite3.Error as err:
-        msg = f"{_db_path(directory)} is not an s2b index database ({err})"
-        raise UserError(msg) from None
+        raise UserError(store_error(err, directory, opening=True)) from None
+
+
+def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool = False) -> str:
+    """One line for a database error: a full disk, a damaged file, or what SQLite said.
+
+    ``opening``: the error came while opening the store and reading its settings.
+    """
+    where = _db_path(directory)
+    kind = _error_kind(err)
+    if kind == "full" or (kind == "io" and _disk_is_full(directory)):
+        return (
+            f"the disk holding {directory} is full: nothing of the write that failed was kept; "
+            "free some space and run the command again"
+        )
+    if kind == "io":
+        return f"cannot read or write {where} ({err}); check the disk"
+    if kind == "notadb" or (kind is None and opening):
+        return f"{where} is not an s2b index database ({err})"
+    if kind == "corrupt":
+        return (
+            f"the database file {where} is damaged ({err}); run: s2b verify --repair --store "
+            f"{directory} (it indexes the files again into a new database file)"
+        )
+    return f"{where}: {err}"
+
+
+_KINDS = {13: "full", 10: "io", 26: "notadb", 11: "corrupt"}
+"""SQLite's result codes (``sqlite3.SQLITE_FULL``... from Python 3.11) and what they mean here."""
+_MESSAGES = {
+    "database or disk is full": "full",
+    "disk i/o error": "io",
+    "file is not a database": "notadb",
+    "database disk image is malformed": "corrupt",
+}
+
+
+def _error_kind(err: sqlite3.Error | OSError) -> str | None:
+    if isinstance(err, OSError):
+        return "full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    code = getattr(err, "sqlite_errorcode", None)  # Python 3.11+; extended codes: low byte
+    if isinstance(code, int) and code & 0xFF in _KINDS:
+        return _KINDS[code & 0xFF]
+    text = str(err).lower()
+    return next((kind for message, kind in _MESSAGES.items() if message in text), None)
+
+
+def _disk_is_full(directory: Path) -> bool:
+    """Whether the disk holding ``directory`` has (nearly) no room left."""
+    try:
+        return shutil.disk_usage(directory).free < _ROOM
+    except OSError:
+        return False
+
+
+_ROOM = 1 << 20
+"""Free bytes below which a disk I/O error is taken for a full disk."""
 
 
 def read_settings(db: Database, directory: Path) -> dict[str, str]:
@@ -176,8 +292,7 @@ def read_settings(db: Database, directory: Path) -> dict[str, str]:
             raise UserError(msg)
         rows = dict(db.conn.execute("SELECT name, value FROM meta").fetchall())
     except sqlite3.DatabaseError as err:
-        msg = f"{where} is not an s2b index database ({err})"
-        raise UserError(msg) from None
+        raise UserError(store_error(err, directory, opening=True)) from None
     if rows.get("format") != FORMAT or rows.get("format_version") != FORMAT_VERSION:
         msg = (
             f"bad configuration in {where}: format {rows.get('format')!r} version "
@@ -198,11 +313,14 @@ def open_store(
     *,
     embedding: Embeddings | None = None,
     search: bool = True,
+    writer: bool = False,
 ) -> Store:
     """Open an existing index; refuse an embedding other than the one it was built with.
 
     ``embedding`` is the store's model when the caller made it already (it is
     then not made a second time); ``search=False``: see :class:`Store`.
+    ``writer``: the caller holds the writer lock (an older store then gets the
+    vector digests that :func:`~langchain_s2b.store.sqlite.find_damage` checks).
     """
     _check_directory(directory, creating=False)
     db = _connect(directory)
@@ -215,6 +333,9 @@ def open_store(
             f"{models.parse_spec(wanted)!r}; query it with --embedding {recorded} (or none)"
         )
         raise UserError(msg)
+    if writer:
+        with contextlib.suppress(sqlite3.DatabaseError):  # a damaged file: verify --repair
+            db.add_vector_digests()
     return Store(directory, db, models.parse_spec(recorded), embedding=embedding, search=search)
 
 
@@ -229,7 +350,7 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
         started = db.has_tables()
         db.close()
         if started:
-            return open_store(directory, wanted, search=search)
+            return open_store(directory, wanted, search=search, writer=True)
         # else: a first run died before its first commit; start again (we hold the lock)
     else:
         _check_directory(directory, creating=True)
@@ -237,7 +358,14 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
     model = models.make_embedding(spec)  # fail before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     db = _connect(directory)
-    with db.write():  # tables and settings in one transaction: a reader sees both or neither
+    initialise(db, spec)
+    db.close()
+    return open_store(directory, wanted, embedding=model, search=search, writer=True)
+
+
+def initialise(db: Database, spec: str) -> None:
+    """Tables and settings of a new store, in one transaction: a reader sees both or neither."""
+    with db.write():
         db.create_tables(_FILES_TABLE)
         for name, value in (
             ("format", FORMAT),
@@ -246,8 +374,13 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
             ("tree", INDEX_MODE),
         ):
             db.set_meta(name, value)
-    db.close()
-    return open_store(directory, wanted, embedding=model, search=search)
+
+
+def replace_database(directory: Path, fresh: Path) -> None:
+    """Put the database file ``fresh`` (closed, its log merged) in place of the store's own."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{_db_path(directory)}{suffix}").unlink(missing_ok=True)
+    os.replace(fresh, _db_path(directory))
 
 
 @contextmanager
@@ -260,6 +393,7 @@ def writer_lock(directory: Path, *, wait: bool, err: TextIO = sys.stderr) -> Ite
         raise UserError(msg) from None
     if not _db_path(directory).exists():
         _check_directory(directory, creating=True)
+    created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     lock: Any = FileLock(str(directory / LOCK_FILE))
     try:
@@ -275,5 +409,32 @@ def writer_lock(directory: Path, *, wait: bool, err: TextIO = sys.stderr) -> Ite
         lock.acquire()
     try:
         yield
-    finally:
+    except BaseException:
         lock.release()
+        if created:
+            _remove_unstarted(directory)
+        raise
+    lock.release()
+
+
+def _remove_unstarted(directory: Path) -> None:
+    """Remove a store folder this run made and left without a started database."""
+    db = _db_path(directory)
+    if db.exists():
+        try:
+            conn = sqlite3.connect(db)
+            try:
+                started = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return
+        if started:
+            return
+    names = (LOCK_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm", f"{DB_FILE}-journal")
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else is in it: keep it
+        directory.rmdir()

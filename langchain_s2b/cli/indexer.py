@@ -6,24 +6,33 @@ A run (under the writer lock):
    SHA-256 of its bytes) and reads only new and changed files; a file that can
    not be read is skipped and reported (``--strict``: the run stops there,
    before anything is written);
-2. removes the files that left a given folder, and the files that moved (gone
-   from disk, same bytes found at a new path);
-3. splits the changed files (cheap) to learn every chunk to embed, drops the
+2. removes the files that left a given folder, and the files that no longer
+   exist (a moved file is known again by its new path; its vectors are reused);
+3. gives each document to the files that hold it: a document found in several
+   files (the same JSONL row) is stored once and stays while one of them holds
+   it; one id with different text or metadata in two files skips the later file;
+4. splits the changed files (cheap) to learn every chunk to embed, drops the
    chunks whose vectors are stored already (content hash), and embeds the rest
    shortest first in batches across files, each batch committed at once, so
    Ctrl-C keeps what was embedded and the next run embeds only the rest;
-4. writes groups of files, each in one transaction: their sources (nodes,
+5. writes groups of files, each in one transaction: their sources (nodes,
    manifests, child vectors) and the indexed-file records.
+
+Counts: a *document* is a source (a text file, a PDF page, a JSONL row), a
+*chunk* a leaf the index searches (a sentence), a *vector* a distinct chunk
+text with its stored embedding (identical chunks share one).
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
@@ -32,11 +41,15 @@ from langchain_s2b.cli.index_dir import INDEX_MODE, FileRow, Store
 from langchain_s2b.cli.loaders import (
     Found,
     SkippedFile,
-    check_unique,
+    check_name,
     file_digest,
     read_documents,
+    shown,
 )
-from langchain_s2b.core.ingest import source_id_of
+from langchain_s2b.cli.progress import Bar
+from langchain_s2b.core.ingest import identify, nodes_key, source_id_of
+from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
+from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
 from langchain_s2b.retriever import SmallToBigRetriever
 from langchain_s2b.store.faiss_index import FaissIndex
 
@@ -44,6 +57,9 @@ GROUP_CHARS = 250_000
 """Text per write transaction (a larger file is a group of its own)."""
 EMBED_BATCH = 64
 """Chunks per embedding call and per committed batch of vectors."""
+
+Progress = Callable[[int, str, str], Bar]
+"""``progress(total, unit, what)``: a progress bar for one phase of the run."""
 
 
 @dataclass
@@ -55,12 +71,17 @@ class Outcome:
     unchanged: int = 0
     removed: int = 0
     documents: int = 0
+    """Distinct documents of the new and changed files."""
     chunks: int = 0
-    """Chunks of the new and changed files."""
+    """Their chunks (leaves the index searches)."""
+    vectors: int = 0
+    """Their distinct chunk texts, each one stored vector."""
     embedded: int = 0
-    """Chunks embedded by this run (the rest of ``chunks`` reused stored vectors)."""
+    """Vectors embedded by this run (the rest of ``vectors`` were stored already)."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """``(path, reason)`` of files that could not be read."""
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    """``(path, note)`` of files read, about which their reader reported problems."""
 
 
 @dataclass
@@ -72,6 +93,8 @@ class _Loaded:
     sources: list[str]
     new: bool
     texts: list[str] = field(default_factory=list)
+    chunks: dict[str, int] = field(default_factory=dict)
+    """Source id -> its chunks."""
 
 
 class _Recorder(Embeddings):
@@ -88,17 +111,42 @@ class _Recorder(Embeddings):
         return [1.0]
 
 
-def leaf_texts(docs: Sequence[Document]) -> list[str]:
-    """The chunks the index will embed for ``docs`` (split exactly as it splits them).
+class _Planned(FaissIndex):
+    """Counts the chunks a retriever would index, per source; builds no index."""
 
-    The planning retriever has no lexical index (``hybrid=False``): it only
-    splits, and a BM25 index built and committed per file cost ~12 ms a file
-    (5% of ``s2b index`` on a folder of paragraphs) for nothing.
+    def __init__(self, embedding: Embeddings) -> None:
+        super().__init__(embedding)
+        self.chunks: Counter[str] = Counter()
+
+    def add_vectors(
+        self,
+        vectors: np.ndarray,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]],
+        ids: Sequence[str],
+    ) -> list[str]:
+        self.chunks.update(str(m["source_id"]) for m in metadatas)
+        return list(ids)
+
+
+def plan(docs: Sequence[Document]) -> tuple[list[str], dict[str, int]]:
+    """The distinct chunk texts the index will embed for ``docs``, and each source's chunks.
+
+    Split exactly as the store splits them. The planning retriever has no
+    lexical index (``hybrid=False``): it only splits, and a BM25 index built
+    and committed per file cost ~12 ms a file (5% of ``s2b index`` on a folder
+    of paragraphs) for nothing.
     """
     recorder = _Recorder()
-    planner = SmallToBigRetriever(vectorstore=FaissIndex(recorder), mode=INDEX_MODE, hybrid=False)
+    index = _Planned(recorder)
+    planner = SmallToBigRetriever(vectorstore=index, mode=INDEX_MODE, hybrid=False)
     planner.add_documents(docs)
-    return recorder.texts
+    return recorder.texts, dict(index.chunks)
+
+
+def leaf_texts(docs: Sequence[Document]) -> list[str]:
+    """The distinct chunk texts the index will embed for ``docs`` (see :func:`plan`)."""
+    return plan(docs)[0]
 
 
 def run(
@@ -107,42 +155,30 @@ def run(
     *,
     strict: bool,
     on_skip: Callable[[str, str], None],
-    progress: Callable[[int], Any],
+    progress: Progress,
+    on_note: Callable[[str, str], None] | None = None,
+    prune: bool = True,
 ) -> Outcome:
-    """Bring the index in line with the files ``found``; see the module docstring."""
+    """Bring the index in line with the files ``found``; see the module docstring.
+
+    ``prune=False``: remove no indexed file (only read ``found.files`` again).
+    """
     outcome = Outcome()
     stored = store.files()
-    loaded, touched = _read_changed(store, found, stored, outcome, strict, on_skip)
-    gone = _gone(found, stored, loaded)
-    claimed = {sid: path for path, row in stored.items() if path not in gone for sid in row.sources}
-    accepted = []
-    for item in loaded:
-        clash = next(
-            (s for s in item.sources if claimed.get(s, str(item.path)) != str(item.path)), None
-        )
-        if clash is not None:
-            _skip(
-                outcome,
-                str(item.path),
-                f"document id {clash!r} is also in {claimed[clash]}",
-                strict,
-                on_skip,
-            )
-            continue
-        claimed.update(dict.fromkeys(item.sources, str(item.path)))
-        accepted.append(item)
-    for item in accepted:
-        item.texts = leaf_texts(item.docs)
-        outcome.chunks += len(item.texts)
-        outcome.documents += len(item.docs)
+    loaded, touched = _read_changed(
+        store, found, stored, outcome, _Report(strict, on_skip, on_note), progress
+    )
+    gone = _gone(found, stored) if prune else set()
+    accepted, holders = _claim(store, stored, gone, loaded, outcome, strict, on_skip)
+    _plan(accepted, outcome, progress)
     todo = set(store.cache.missing([t for item in accepted for t in item.texts]))
-    bar = progress(len(todo))
+    bar = progress(len(todo), "vector", "embedding")
     try:
-        _remove(store, [stored[p] for p in sorted(gone)], claimed)
+        _remove(store, [stored[p] for p in sorted(gone)], holders)
         outcome.removed = len(gone)
         for group in _groups(accepted):
             outcome.embedded += _embed(store, group, todo, bar)
-            _write(store, group, stored)
+            _write(store, group, stored, holders)
             for item in group:
                 if item.new:
                     outcome.added += 1
@@ -155,6 +191,13 @@ def run(
     finally:
         bar.close()
     return outcome
+
+
+@dataclass
+class _Report:
+    strict: bool
+    on_skip: Callable[[str, str], None]
+    on_note: Callable[[str, str], None] | None
 
 
 def _skip(
@@ -172,65 +215,183 @@ def _read_changed(
     found: Found,
     stored: dict[str, FileRow],
     outcome: Outcome,
-    strict: bool,
-    on_skip: Callable[[str, str], None],
+    report: _Report,
+    progress: Progress,
 ) -> tuple[list[_Loaded], list[FileRow]]:
     """Read new and changed files; rows of files whose bytes did not change (touched)."""
     loaded: list[_Loaded] = []
     touched: list[FileRow] = []
-    for path in found.files:
-        key = str(path)
-        try:
-            stat = path.stat()
-            row = stored.get(key)
-            if row and (row.size, row.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
-                outcome.unchanged += 1
+    bar = progress(len(found.files), "file", "reading")
+    try:
+        for path in found.files:
+            bar.update(1)
+            key = str(path)
+            try:
+                check_name(path)
+                stat = path.stat()
+                row = stored.get(key)
+                if row and (row.size, row.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+                    outcome.unchanged += 1
+                    continue
+                data = path.read_bytes()
+            except SkippedFile as err:
+                _skip(
+                    outcome,
+                    shown(path),
+                    str(err),
+                    report.strict,
+                    report.on_skip,
+                )
                 continue
-            data = path.read_bytes()
-        except OSError as err:
-            _skip(outcome, key, err.strerror or str(err), strict, on_skip)
-            continue
-        sha = file_digest(data)
-        if row and row.sha256 == sha:
-            outcome.unchanged += 1
-            touched.append(
-                FileRow(key, stat.st_size, stat.st_mtime_ns, sha, row.sources, row.chunks)
-            )
-            continue
-        try:
-            docs = [doc for doc in read_documents(path, data) if doc.page_content.strip()]
-            check_unique(docs)
-        except SkippedFile as err:
-            _skip(outcome, key, str(err), strict, on_skip)
-            continue
-        sources = [source_id_of(doc, None, []) for doc in docs]
-        loaded.append(_Loaded(path, stat, sha, docs, sources, row is None))
+            except OSError as err:
+                _skip(outcome, key, err.strerror or str(err), report.strict, report.on_skip)
+                continue
+            sha = file_digest(data)
+            if row and row.sha256 == sha:
+                outcome.unchanged += 1
+                touched.append(
+                    FileRow(key, stat.st_size, stat.st_mtime_ns, sha, row.sources, row.chunks)
+                )
+                continue
+            try:
+                docs, sources = _documents(path, data, outcome, report)
+            except SkippedFile as err:
+                _skip(outcome, key, str(err), report.strict, report.on_skip)
+                continue
+            loaded.append(_Loaded(path, stat, sha, docs, sources, row is None))
+    finally:
+        bar.close()
     return loaded, touched
 
 
-def _gone(found: Found, stored: dict[str, FileRow], loaded: list[_Loaded]) -> set[str]:
-    """Indexed files to remove: no longer in a given folder, or moved to a new path."""
+def _documents(
+    path: Path, data: bytes, outcome: Outcome, report: _Report
+) -> tuple[list[Document], list[str]]:
+    """A file's documents with text, and their source ids; :class:`SkippedFile` if unusable."""
+    notes: list[str] = []
+    docs = [doc for doc in read_documents(path, data, notes) if doc.page_content.strip()]
+    try:
+        identify(docs, None, [], "")  # what add_documents will refuse, refused for this file
+    except (TypeError, ValueError) as err:
+        raise SkippedFile(str(err)) from None
+    for note in notes:
+        outcome.notes.append((str(path), note))
+        if report.on_note is not None:
+            report.on_note(str(path), note)
+    return docs, [source_id_of(doc, None, []) for doc in docs]
+
+
+def _gone(found: Found, stored: dict[str, FileRow]) -> set[str]:
+    """Indexed files to remove: no longer in a given folder, or no longer on disk."""
     present = {str(p) for p in found.files}
-    folders = [str(f) for f in found.folders]
-    moved_bytes = {item.sha256 for item in loaded}
-    gone = set()
+    folders = [str(f).rstrip(os.sep) + os.sep for f in found.folders]
+    return {
+        path
+        for path in stored
+        if path not in present and (path.startswith(tuple(folders)) or not _exists(path))
+    }
+
+
+def _exists(path: str) -> bool:
+    """Whether ``path`` is there (a disk that can not say, e.g. no permission, counts as yes)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _claim(
+    store: Store,
+    stored: dict[str, FileRow],
+    gone: set[str],
+    loaded: list[_Loaded],
+    outcome: Outcome,
+    strict: bool,
+    on_skip: Callable[[str, str], None],
+) -> tuple[list[_Loaded], dict[str, set[str]]]:
+    """The files whose documents may be written, and source id -> the files that hold it.
+
+    A document already held by another file must be the same document (text
+    and metadata): it is then shared; else the later file is skipped.
+    """
+    reread = {str(item.path) for item in loaded}
+    holders: dict[str, set[str]] = {}
     for path, row in stored.items():
-        if path in present:
+        if path not in gone and path not in reread:
+            for sid in row.sources:
+                holders.setdefault(sid, set()).add(path)
+    seen: dict[str, Document] = {}
+    accepted = []
+    for item in loaded:
+        clash = _clash(store, item, holders, seen)
+        key = str(item.path)
+        if clash is not None:
+            _skip(outcome, key, clash, strict, on_skip)
+            old = stored.get(key)
+            for sid in old.sources if old else []:  # its indexed version stays
+                holders.setdefault(sid, set()).add(key)
             continue
-        in_folder = any(path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
-        moved = row.sha256 in moved_bytes and not os.path.exists(path)
-        if in_folder or moved:
-            gone.add(path)
-    return gone
+        for doc, sid in zip(item.docs, item.sources, strict=True):
+            seen.setdefault(sid, doc)
+            holders.setdefault(sid, set()).add(key)
+        accepted.append(item)
+    return accepted, holders
 
 
-def _remove(store: Store, rows: list[FileRow], claimed: dict[str, str]) -> None:
+def _clash(
+    store: Store, item: _Loaded, holders: dict[str, set[str]], seen: dict[str, Document]
+) -> str | None:
+    """Why ``item`` can not be written (a document id held with other content), or None."""
+    for doc, sid in zip(item.docs, item.sources, strict=True):
+        others = sorted(holders.get(sid, set()) - {str(item.path)})
+        if not others:
+            continue
+        held = seen.get(sid) or _stored_document(store, sid)
+        if held is None or (held.page_content, held.metadata) != (doc.page_content, doc.metadata):
+            return f"document id {sid!r} is also in {others[0]}, with other text or metadata"
+    return None
+
+
+def _stored_document(store: Store, sid: str) -> Document | None:
+    """A source as it is stored: its text and its own metadata."""
+    (manifest,) = store.docstore.mget([manifest_key(encode_source_key(sid))])
+    if manifest is None:
+        return None
+    (doc,) = store.docstore.mget([node_key(nodes_key(manifest), DOC_LEVEL, 0)])
+    if doc is None:
+        return None
+    return Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
+
+
+def _plan(accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None:
+    """Split the accepted files; count documents, chunks and vectors once each."""
+    chunks: dict[str, int] = {}
+    texts: set[str] = set()
+    bar = progress(len(accepted), "file", "splitting")
+    try:
+        for item in accepted:
+            item.texts, item.chunks = plan(item.docs)
+            chunks.update(item.chunks)
+            texts.update(item.texts)
+            chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
+            bar.update(1)
+    finally:
+        bar.close()
+    outcome.documents = len(chunks)
+    outcome.chunks = sum(chunks.values())
+    outcome.vectors = len(texts)
+
+
+def _remove(store: Store, rows: list[FileRow], holders: dict[str, set[str]]) -> None:
     """Delete the sources of removed files (those no other file now holds)."""
     if not rows:
         return
     with store.db.write():
-        sources = [s for row in rows for s in row.sources if s not in claimed]
-        store.retriever.delete(sources)
+        sources = [s for row in rows for s in row.sources if not holders.get(s)]
+        store.retriever.delete(list(dict.fromkeys(sources)))
         for row in rows:
             store.drop_file(row.path)
 
@@ -248,7 +409,7 @@ def _groups(items: list[_Loaded]) -> list[list[_Loaded]]:
     return [g for g in groups if g]
 
 
-def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Any) -> int:
+def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Bar) -> int:
     """Embed the group's chunks that have no stored vector, shortest first, batch by batch."""
     wanted = sorted({t for item in group for t in item.texts if t in todo}, key=len)
     for start in range(0, len(wanted), EMBED_BATCH):
@@ -259,17 +420,24 @@ def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Any) -> int:
     return len(wanted)
 
 
-def _write(store: Store, group: list[_Loaded], stored: dict[str, FileRow]) -> None:
+def _write(
+    store: Store, group: list[_Loaded], stored: dict[str, FileRow], holders: dict[str, set[str]]
+) -> None:
     """One transaction: the group's sources, the sources its files no longer hold, file rows."""
     with store.db.write():
-        stale = []
+        stale: list[str] = []
         for item in group:
             old = stored.get(str(item.path))
             if old is not None:
-                stale += [s for s in old.sources if s not in set(item.sources)]
+                new = set(item.sources)
+                stale += [s for s in old.sources if s not in new and not holders.get(s)]
         if stale:
-            store.retriever.delete(stale)
-        store.retriever.add_documents([doc for item in group for doc in item.docs])
+            store.retriever.delete(list(dict.fromkeys(stale)))
+        docs: dict[str, Document] = {}
+        for item in group:
+            for doc, sid in zip(item.docs, item.sources, strict=True):
+                docs.setdefault(sid, doc)
+        store.retriever.add_documents(list(docs.values()))
         for item in group:
             row = FileRow(
                 str(item.path),
@@ -277,6 +445,6 @@ def _write(store: Store, group: list[_Loaded], stored: dict[str, FileRow]) -> No
                 item.stat.st_mtime_ns,
                 item.sha256,
                 item.sources,
-                len(item.texts),
+                sum(item.chunks.get(s, 0) for s in item.sources),
             )
             store.put_file(row)

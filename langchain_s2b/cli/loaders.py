@@ -7,24 +7,31 @@
   ``pages`` in its metadata.
 - ``.jsonl``: one document per line, ``{"id", "text", ...}`` (other fields become
   metadata) or ``{"page_content", "metadata", "id"?}``; a row without an id is
-  identified by a hash of its text.
+  identified by a hash of its text. A row repeated in the file is kept once.
 
 Text is read as UTF-8 and a byte-order mark is dropped, so offsets (``start``,
 ``end``) count characters of the text as read (for HTML and PDF: the extracted
-text). A text document's id is its file's absolute path (a PDF page's: the path
-and ``#page=N``); its metadata holds ``source`` (that path) and ``title``.
+text). A text document's id is its file's path (a PDF page's: the path and
+``#page=N``); its metadata holds ``source`` (that path) and ``title``.
 
-Paths are taken as given (``..``, ``~/.config/...``); inside a folder, hidden
-files and folders (a name starting with ``.``) are skipped and counted. A file
-that cannot be read raises :class:`SkippedFile` with the reason.
+A file is known by its resolved path (``..``, ``~`` and symlinks resolved), so a
+file reached twice, through a symlinked folder too, is read once. Inside a
+folder, hidden files and folders (a name starting with ``.``) and files of other
+types are skipped and counted. A file that cannot be read (its name is not
+UTF-8, its bytes are not text, a bad JSONL row, a PDF without text) raises
+:class:`SkippedFile` with the reason; what a library logs while reading (pypdf
+on a damaged PDF) is captured and handed back as notes, never printed raw.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,8 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_s2b.cli.errors import UserError
+from langchain_s2b.core.ingest import source_id_of
+from langchain_s2b.core.tree import NODE_FIELDS
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 HTML_SUFFIXES = (".html", ".htm")
@@ -49,26 +58,31 @@ class Found:
     """The files a run looks at, and what it passed over inside folders."""
 
     files: list[Path] = field(default_factory=list)
-    """Absolute paths, each once, in order."""
+    """Resolved paths, each once, in order."""
     folders: list[Path] = field(default_factory=list)
-    """The folders given (absolute): the index mirrors them."""
+    """The folders given (resolved): the index mirrors them."""
     hidden: int = 0
     """Hidden files (or files in hidden folders) inside a given folder."""
     other: int = 0
     """Files of other types inside a given folder."""
+    store: int = 0
+    """Files of the store itself inside a given folder (never indexed)."""
 
 
-def absolute(path: str | Path) -> Path:
-    """``path`` made absolute without resolving symlinks (``..`` is folded)."""
-    return Path(os.path.abspath(Path(path).expanduser()))
+def resolved(path: str | Path) -> Path:
+    """``path`` made absolute with ``~``, ``..`` and every symlink resolved: a file's one name."""
+    return Path(os.path.realpath(Path(path).expanduser()))
 
 
 def find_files(paths: Iterable[str | Path], exclude: Path | None = None) -> Found:
     """Files to index: given files, and supported files under given folders."""
     found = Found()
-    skip = None if exclude is None else absolute(exclude)
+    skip = None if exclude is None else resolved(exclude)
     for raw in paths:
-        path = absolute(raw)
+        path = resolved(raw)
+        if skip is not None and (path == skip or skip in path.parents):
+            msg = f"cannot index {raw}: it is the store (--store {exclude}) or inside it"
+            raise UserError(msg)
         if path.is_dir():
             found.folders.append(path)
             _walk(path, found, skip)
@@ -87,20 +101,36 @@ def find_files(paths: Iterable[str | Path], exclude: Path | None = None) -> Foun
 def _walk(root: Path, found: Found, skip: Path | None) -> None:
     for folder, dirs, names in os.walk(root):
         here = Path(folder)
-        if skip is not None and (here == skip or skip in here.parents):
+        if skip is not None and here == skip:
+            found.store += len(names)
             dirs[:] = []
             continue
         hidden_dirs = [d for d in dirs if d.startswith(".") and here / d != skip]
         for name in hidden_dirs:
             found.hidden += sum(len(files) for _, _, files in os.walk(here / name))
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") or here / d == skip)
         for name in sorted(names):
             if name.startswith("."):
                 found.hidden += 1
             elif Path(name).suffix.lower() in SUFFIXES:
-                found.files.append(here / name)
+                path = here / name  # `here` has no symlink in it: os.walk does not follow them
+                found.files.append(resolved(path) if path.is_symlink() else path)
             else:
                 found.other += 1
+
+
+def check_name(path: Path) -> None:
+    """Raise :class:`SkippedFile` when the file's name is not UTF-8 (the store keeps text)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        msg = "its name is not UTF-8 (the index keeps names as text); rename it"
+        raise SkippedFile(msg) from None
+
+
+def shown(path: Path) -> str:
+    r"""A path to print: bytes that are not UTF-8 written as ``\xff``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def file_digest(data: bytes) -> str:
@@ -108,11 +138,18 @@ def file_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_documents(path: Path, data: bytes) -> list[Document]:
-    """The documents of one file's bytes; :class:`SkippedFile` when they can't be read."""
+def read_documents(path: Path, data: bytes, notes: list[str] | None = None) -> list[Document]:
+    """The documents of one file's bytes; :class:`SkippedFile` when they can't be read.
+
+    What the reading library logs is added to ``notes`` (or dropped), never printed.
+    """
     suffix = path.suffix.lower()
     if suffix in PDF_SUFFIXES:
-        return _pdf(path, data)
+        with captured_logs("pypdf") as logged:
+            docs = _pdf(path, data)
+        if notes is not None and logged:
+            notes.append(_summary("the PDF reader", logged))
+        return docs
     if suffix in HTML_SUFFIXES:
         text, title = _html(data)
         return [_text_document(path, text, title or path.stem)]
@@ -144,7 +181,9 @@ def _html(data: bytes) -> tuple[str, str | None]:
     except ImportError:
         msg = 'reading HTML needs beautifulsoup4: pip install "langchain-s2b[cli]"'
         raise SkippedFile(msg) from None
-    soup = BeautifulSoup(data, "html.parser")
+    with warnings.catch_warnings():  # bs4 warns about its callers (a page that looks like
+        warnings.simplefilter("ignore")  # a URL, XHTML read as HTML), not about the text
+        soup = BeautifulSoup(data, "html.parser")
     for tag in soup(["script", "style", "template", "noscript"]):
         tag.decompose()
     title = soup.title.get_text(" ", strip=True) if soup.title else None
@@ -160,59 +199,118 @@ def _pdf(path: Path, data: bytes) -> list[Document]:
         import io
 
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
     except ImportError:
         msg = 'reading PDF needs pypdf: pip install "langchain-s2b[cli]"'
         raise SkippedFile(msg) from None
     try:
         reader = PdfReader(io.BytesIO(data))
         pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, TypeError) as err:
+    except Exception as err:  # a damaged PDF can fail anywhere in the reader (PdfReadError...)
         msg = f"not a readable PDF ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
         raise SkippedFile(msg) from None
+    if not any(text.strip() for text in pages):
+        msg = (
+            f"no text in its {len(pages)} page(s): a scan or images without a text layer "
+            "(run OCR first), or a damaged PDF"
+        )
+        raise SkippedFile(msg)
     return [
         _text_document(path, text, path.stem, page=number, pages=len(pages))
         for number, text in enumerate(pages, 1)
     ]
 
 
+@contextmanager
+def captured_logs(name: str) -> Iterator[list[str]]:
+    """Collect what logger ``name`` (and Python warnings) say in the block instead of printing."""
+    logged: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler = Collect(logging.WARNING)
+    before = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield logged
+        logged.extend(str(w.message) for w in caught)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = before
+
+
+def _summary(reader: str, logged: list[str]) -> str:
+    first = (logged[0].splitlines() or [""])[0][:120]
+    return (
+        f"{reader} reported {len(logged)} problem(s) (first: {first}); its text may be incomplete"
+    )
+
+
 def _jsonl(text: str) -> list[Document]:
+    """One document per row; a row repeated (same id, text and metadata) is kept once."""
     docs = []
+    seen: dict[str, tuple[int, Document]] = {}
     for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            docs.append(_jsonl_document(line, f"line {number}"))
+        if not line.strip():
+            continue
+        doc = _jsonl_document(line, f"line {number}")
+        sid = source_id_of(doc, None, [])
+        first = seen.setdefault(sid, (number, doc))
+        if first[1] is doc:
+            docs.append(doc)
+        elif not same_document(first[1], doc):
+            what = f"the id {doc.id!r}" if doc.id is not None else "the same text and no id"
+            msg = f"lines {first[0]} and {number} have {what} but differ; give each its own id"
+            raise SkippedFile(msg)
     return docs
 
 
 def _jsonl_document(line: str, where: str) -> Document:
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         msg = f"{where} is not valid JSON ({err.msg})"
         raise SkippedFile(msg) from None
+    except ValueError as err:
+        msg = f"{where}: {err}"
+        raise SkippedFile(msg) from None
     if isinstance(row, dict) and isinstance(row.get("text"), str):
         meta = {k: v for k, v in row.items() if k != "text"}
-        return Document(page_content=row["text"], metadata=meta, id=_id(row.get("id")))
-    if isinstance(row, dict) and isinstance(row.get("page_content"), str):
+        doc = Document(page_content=row["text"], metadata=meta, id=_id(row.get("id")))
+    elif isinstance(row, dict) and isinstance(row.get("page_content"), str):
         meta = row.get("metadata") or {}
         if not isinstance(meta, dict):
             msg = f"{where}: 'metadata' must be an object"
             raise SkippedFile(msg)
-        return Document(page_content=row["page_content"], metadata=meta, id=_id(row.get("id")))
-    msg = f'{where}: expected {{"id", "text", ...}} or {{"page_content", "metadata"}}'
-    raise SkippedFile(msg)
+        doc = Document(page_content=row["page_content"], metadata=meta, id=_id(row.get("id")))
+    else:
+        msg = f'{where}: expected {{"id", "text", ...}} or {{"page_content", "metadata"}}'
+        raise SkippedFile(msg)
+    reserved = sorted(set(doc.metadata) & NODE_FIELDS)
+    if reserved:
+        msg = (
+            f"{where}: field(s) {', '.join(map(repr, reserved))} are s2b's own (every chunk "
+            f"carries {', '.join(sorted(NODE_FIELDS))}); rename them"
+        )
+        raise SkippedFile(msg)
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` (Python writes them; JSON has no such values)."""
+    msg = f"{name} is not a JSON value (write null, or a number)"
+    raise ValueError(msg)
 
 
 def _id(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-def check_unique(docs: Sequence[Document]) -> None:
-    """Raise :class:`SkippedFile` when two documents of one file share an id."""
-    seen: set[str] = set()
-    for doc in docs:
-        if doc.id is not None and doc.id in seen:
-            msg = f"document id {doc.id!r} appears more than once"
-            raise SkippedFile(msg)
-        if doc.id is not None:
-            seen.add(doc.id)
+def same_document(a: Document, b: Document) -> bool:
+    """One document twice: same id, text and metadata."""
+    return (a.id, a.page_content, a.metadata) == (b.id, b.page_content, b.metadata)

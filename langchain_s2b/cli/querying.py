@@ -65,7 +65,13 @@ def query_options(
 def damaged(directory: Path, err: MissingNodeError) -> UserError:
     """A missing node as one line that names the node and the repair."""
     found = re.search(r"'([^']+)'", str(err))
-    what = f"node {found.group(1)!r} is missing" if found else "a node is missing"
+    return damaged_store(
+        directory, f"node {found.group(1)!r} is missing" if found else "a node is missing"
+    )
+
+
+def damaged_store(directory: Path, what: str) -> UserError:
+    """A damaged store as one line that names it and the repair."""
     msg = (
         f"the index in {directory} is damaged ({what}); "
         f"run: s2b verify --repair --store {directory}"

@@ -14,12 +14,22 @@ and reports:
 - with hybrid search, leaves the lexical index lacks or holds beyond the
   manifests (repair builds it again from the child index or the docstore).
 
+With ``digests``, every source is also checked against its manifest's
+digest, which covers its text, its metadata, the split configuration and the
+spans: its stored ``doc`` node is split again and must give the manifest (so
+the digest) and every stored node exactly:
+
+- *bad digests*: the stored text, metadata or manifest no longer give the
+  digest (bytes changed on disk, or the split configuration is not the one the
+  source was written with): the stored text can not be trusted;
+- *bad nodes*: the text is sound but stored nodes differ from its split.
+
 Keys that are not node keys (``<source>/<level>/<n>``) are foreign data and
 are never touched. With ``repair``, orphans are deleted, bad manifests are
-deleted (their nodes then are orphans), and a source with missing pieces is
-re-indexed from its stored ``doc`` node as a new generation (the old one is
-removed after it), or removed when that node is gone too (listed in
-``removed``: add those sources again).
+deleted (their nodes then are orphans), and a source with missing or bad
+pieces is re-indexed from its stored ``doc`` node as a new generation (the old
+one is removed after it), or removed when that node is gone too or fails its
+digest (listed in ``removed``: add those sources again).
 """
 
 from __future__ import annotations
@@ -29,7 +39,15 @@ from dataclasses import dataclass, field
 from langchain_core.documents import Document
 
 from langchain_s2b.core import lifecycle
-from langchain_s2b.core.ingest import leaf_keys, manifest_keys, nodes_key
+from langchain_s2b.core.ingest import (
+    generation_of,
+    identify,
+    leaf_keys,
+    manifest_keys,
+    node_keys,
+    nodes_key,
+    prepare,
+)
 from langchain_s2b.core.keys import is_manifest_key, is_node_key, level_of, node_key, source_key_of
 from langchain_s2b.core.requests import (
     Fetch,
@@ -68,6 +86,10 @@ class VerifyReport:
     """Leaf keys the manifests list but the lexical index lacks (hybrid search)."""
     lexical_orphans: list[str] = field(default_factory=list)
     """Keys the lexical index holds that no manifest lists."""
+    bad_digests: list[str] = field(default_factory=list)
+    """Source ids whose stored text, metadata or manifest do not give the manifest's digest."""
+    bad_nodes: dict[str, list[str]] = field(default_factory=dict)
+    """Source id -> stored nodes that differ from the split of its (sound) text."""
     foreign_keys: int = 0
     """Docstore keys that are not ours (never touched)."""
     repaired: bool = False
@@ -87,11 +109,16 @@ class VerifyReport:
             or self.orphan_children
             or self.lexical_missing
             or self.lexical_orphans
+            or self.bad_digests
+            or self.bad_nodes
         )
 
 
-def check(config: lifecycle.Config, *, repair: bool) -> Op[VerifyReport]:
-    """Compare the stores with the manifests; with ``repair``, fix what differs."""
+def check(config: lifecycle.Config, *, repair: bool, digests: bool = False) -> Op[VerifyReport]:
+    """Compare the stores with the manifests (and, with ``digests``, the text with its digest).
+
+    With ``repair``, fix what differs.
+    """
     keys = yield from ask(ScanKeys())
     report = VerifyReport()
     manifest_names = [k for k in keys if is_manifest_key(k)]
@@ -134,6 +161,8 @@ def check(config: lifecycle.Config, *, repair: bool) -> Op[VerifyReport]:
         listed = set(all_leaves)
         report.lexical_missing = sorted(listed - lexical)
         report.lexical_orphans = sorted(lexical - listed)
+    if digests:
+        yield from _check_digests(config, list(manifests.values()), report)
     if repair and not report.ok:
         yield from _repair(config, report, manifests)
     return report
@@ -152,10 +181,12 @@ def _repair(
     if report.orphan_children:
         yield from ask(RemoveLeaves(report.orphan_children))
     by_id = {m.metadata["source_id"]: m for m in manifests.values()}
-    for sid in sorted({*report.missing_nodes, *report.missing_children}):
+    untrusted = set(report.bad_digests)
+    damaged = {*report.missing_nodes, *report.missing_children, *report.bad_nodes, *untrusted}
+    for sid in sorted(damaged):
         manifest = by_id[sid]
         (doc,) = yield from ask(Fetch([node_key(nodes_key(manifest), DOC_LEVEL, 0)]))
-        if doc is None:
+        if doc is None or sid in untrusted:
             yield from lifecycle.remove_source(manifest)
             report.removed.append(sid)
             continue
@@ -165,6 +196,52 @@ def _repair(
     if report.lexical_missing or report.lexical_orphans:
         yield from ask(RebuildLexical())
     report.repaired = True
+
+
+def _check_digests(
+    config: lifecycle.Config, manifests: list[Document], report: VerifyReport
+) -> Op[None]:
+    """Split each source's stored text again: it must give its manifest and its nodes."""
+    fingerprint = config.fingerprint()
+    batch: list[Document] = []
+    size = 0
+    for manifest in [*manifests, None]:
+        if manifest is not None:
+            batch.append(manifest)
+            size += len(node_keys(manifest))
+            if size < _BATCH:
+                continue
+        keys = [key for m in batch for key in node_keys(m)]
+        fetched = dict(zip(keys, (yield from ask(Fetch(keys))), strict=True)) if keys else {}
+        for one in batch:
+            _check_digest(config, fingerprint, one, fetched, report)
+        batch, size = [], 0
+
+
+def _check_digest(
+    config: lifecycle.Config,
+    fingerprint: str,
+    manifest: Document,
+    fetched: dict[str, Document | None],
+    report: VerifyReport,
+) -> None:
+    sid = manifest.metadata["source_id"]
+    doc = fetched.get(node_key(nodes_key(manifest), DOC_LEVEL, 0))
+    if doc is None:
+        return  # a missing node: reported (and repaired) as such
+    text = Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
+    try:
+        (source,) = identify([text], [sid], config.source_fields, fingerprint)
+    except (TypeError, ValueError):
+        report.bad_digests.append(sid)
+        return
+    prepared = prepare(source, config.levels, generation_of(manifest))
+    if prepared.manifest.metadata != manifest.metadata:
+        report.bad_digests.append(sid)
+        return
+    differ = [k for k, node in prepared.nodes if fetched.get(k) not in (None, node)]
+    if differ:
+        report.bad_nodes[sid] = differ
 
 
 def _readable(key: str, manifest: Document) -> bool:

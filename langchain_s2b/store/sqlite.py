@@ -21,16 +21,26 @@ transaction (a WAL snapshot), so a reader never sees half a write.
 
 Vectors are content-addressed (SHA-256 of the embedded text,
 :class:`CachedEmbeddings`): a passage that was embedded once, for a file that
-moved, for a copy, or before Ctrl-C, is never embedded again.
+moved, for a copy, or before Ctrl-C, is never embedded again. Each vector row
+also keeps a digest of its bytes (:func:`vector_digest`), so that
+:func:`find_damage` can tell a vector whose bytes changed on disk.
+
+Damage: a row whose bytes no longer decode is read as absent (``mget`` gives
+``None``; :attr:`SQLiteDocStore.unreadable` names it), and a child whose vector
+is absent or unusable is left out of FAISS (:attr:`SQLiteFaissIndex.unrestored`),
+so that a damaged store can still be opened, checked and repaired.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +64,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     key TEXT PRIMARY KEY, start INTEGER NOT NULL, stop INTEGER NOT NULL, meta BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS vectors (
-    id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, vec BLOB NOT NULL
+    id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, vec BLOB NOT NULL, digest BLOB
 );
 CREATE TABLE IF NOT EXISTS children (key TEXT PRIMARY KEY, vec INTEGER NOT NULL) WITHOUT ROWID;
 """
@@ -77,6 +87,7 @@ class Database:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self._depth = 0
+        self._digests: bool | None = None
 
     def create_tables(self, extra: str = "") -> None:
         """Create the tables (and ``extra`` DDL) if they do not exist yet."""
@@ -96,8 +107,15 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed whole, or rolled back."""
+        """A write transaction (``BEGIN IMMEDIATE``): committed whole, or rolled back.
+
+        Inside a transaction that SQLite already ended (it rolls back by itself
+        on a full disk), a nested write is refused instead of running alone.
+        """
         if self._depth:
+            if not self.conn.in_transaction:
+                msg = "SQLite ended the transaction after an error; nothing more is written in it"
+                raise sqlite3.OperationalError(msg)
             self._depth += 1
             try:
                 yield self.conn
@@ -108,12 +126,18 @@ class Database:
         self._depth = 1
         try:
             yield self.conn
+            self.conn.execute("COMMIT")
         except BaseException:
-            self._depth = 0
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise
-        self._depth = 0
-        self.conn.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    def _rollback(self) -> None:
+        """Roll back, unless SQLite did already (a full disk ends the transaction itself)."""
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # the error being raised says more
+                self.conn.execute("ROLLBACK")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -127,7 +151,15 @@ class Database:
             yield self.conn
         finally:
             self._depth = 0
-            self.conn.execute("COMMIT")
+            self._end_read()
+
+    def _end_read(self) -> None:
+        """End a read transaction; it wrote nothing, so a failure to end it loses nothing."""
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error:  # e.g. a damaged file: what the reader read says so already
+                self._rollback()
 
     def get_meta(self, name: str) -> str | None:
         """A value of the ``meta`` table."""
@@ -138,9 +170,44 @@ class Database:
         """Set a value of the ``meta`` table."""
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
 
+    def has_vector_digests(self) -> bool:
+        """Whether the ``vectors`` table has its ``digest`` column (stores made since it came)."""
+        if self._digests is None:
+            columns = [row[1] for row in self.conn.execute("PRAGMA table_info(vectors)")]
+            self._digests = "digest" in columns
+        return self._digests
+
+    def add_vector_digests(self) -> None:
+        """Give an older store the ``digest`` column, filled from the vectors as they are."""
+        if self.has_vector_digests():
+            return
+        with self.write() as conn:
+            conn.execute("ALTER TABLE vectors ADD COLUMN digest BLOB")
+            rows = conn.execute("SELECT id, hash, vec FROM vectors").fetchall()
+            conn.executemany(
+                "UPDATE vectors SET digest = ? WHERE id = ?",
+                [(vector_digest(h, v), i) for i, h, v in rows],
+            )
+        self._digests = True
+
+    def insert_vectors(self, rows: Sequence[tuple[bytes, bytes]]) -> None:
+        """Store ``(hash, vector bytes)`` rows not stored yet, with their digests."""
+        if self.has_vector_digests():
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO vectors (hash, vec, digest) VALUES (?, ?, ?)",
+                [(h, v, vector_digest(h, v)) for h, v in rows],
+            )
+        else:
+            self.conn.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)", rows)
+
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
+
+
+def vector_digest(hash_: bytes, vec: bytes) -> bytes:
+    """The digest of a vector row: SHA-256 of its text hash and its bytes (first 64 bits)."""
+    return hashlib.sha256(bytes(hash_) + bytes(vec)).digest()[:8]
 
 
 def chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
@@ -198,6 +265,8 @@ class SQLiteDocStore(BaseStore[str, Document]):
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.unreadable: set[str] = set()
+        """Keys of rows read so far whose bytes do not decode (damage); read as absent."""
 
     # Encoding ------------------------------------------------------------------------
 
@@ -275,7 +344,10 @@ class SQLiteDocStore(BaseStore[str, Document]):
         for part in chunks(wanted):
             sql = f"SELECT key, text, meta FROM docs WHERE key IN ({_marks(len(part))})"  # noqa: S608
             for key, text, meta in self.db.conn.execute(sql, part):
-                found[key] = (_dec(text), json.loads(_dec(meta))["m"])
+                try:
+                    found[key] = (_dec(text), dict(json.loads(_dec(meta))["m"]))
+                except _UNREADABLE:
+                    self.unreadable.add(key)
         return found
 
     # BaseStore ------------------------------------------------------------------------
@@ -324,16 +396,26 @@ class SQLiteDocStore(BaseStore[str, Document]):
             for part in chunks(unique):
                 sql = f"SELECT key, start, stop, meta FROM nodes WHERE key IN ({_marks(len(part))})"  # noqa: S608
                 for key, start, stop, meta in conn.execute(sql, part):
-                    rows[key] = (start, stop, _dec(meta))
+                    rows[key] = (start, stop, meta)
                 rest = [k for k in part if k not in rows]
                 sql = f"SELECT key, text, meta FROM docs WHERE key IN ({_marks(len(rest))})"  # noqa: S608
                 for key, text, meta in conn.execute(sql, rest) if rest else ():
-                    found[key] = _whole_doc(key, _dec(text), _dec(meta))
+                    found[key] = self._readable(key, _whole_doc, key, text, meta)
             sources = self._sources({node_key(source_key_of(k), DOC_LEVEL, 0) for k in rows})
-        for key, row in rows.items():
+        for key, (start, stop, meta) in rows.items():
             source = sources.get(node_key(source_key_of(key), DOC_LEVEL, 0))
-            found[key] = None if source is None else self._decode_slice(key, row, source)
+            if source is not None:
+                found[key] = self._readable(key, _slice_doc, key, start, stop, meta, source)
         return [found.get(k) for k in keys]
+
+    def _readable(self, key: str, decode: Any, *args: Any) -> Document | None:
+        """``decode(*args)``, or ``None`` (the key noted as unreadable) when the bytes are bad."""
+        try:
+            doc: Document = decode(*args)
+        except _UNREADABLE:
+            self.unreadable.add(key)
+            return None
+        return doc
 
     def mdelete(self, keys: Sequence[str]) -> None:
         """Delete keys (unknown keys are ignored)."""
@@ -360,9 +442,20 @@ def _whole_meta(doc: Document) -> dict[str, Any]:
     return {"m": doc.metadata, "id": doc.id}
 
 
-def _whole_doc(key: str, text: str, meta_json: str) -> Document:
-    payload = json.loads(meta_json)
-    return Document(page_content=text, metadata=payload["m"], id=payload["id"])
+def _whole_doc(key: str, text: bytes, meta: bytes) -> Document:
+    payload = json.loads(_dec(meta))
+    return Document(page_content=_dec(text), metadata=payload["m"], id=payload["id"])
+
+
+def _slice_doc(
+    key: str, start: int, stop: int, meta: bytes, source: tuple[str, dict[str, Any]]
+) -> Document:
+    return SQLiteDocStore._decode_slice(key, (start, stop, _dec(meta)), source)
+
+
+_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+"""What decoding a row whose bytes changed raises (``UnicodeDecodeError``, a JSON error and
+a pydantic ``ValidationError`` are ``ValueError`` too)."""
 
 
 # Vectors --------------------------------------------------------------------------------
@@ -410,8 +503,8 @@ class CachedEmbeddings(Embeddings):
             msg = f"The embedding returned {vectors.shape} values for {len(texts)} texts."
             raise ValueError(msg)
         rows = [(text_hash(t), v.tobytes()) for t, v in zip(texts, vectors, strict=True)]
-        with self.db.write() as conn:
-            conn.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)", rows)
+        with self.db.write():
+            self.db.insert_vectors(rows)
         return len(texts)
 
     def vectors_for(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
@@ -470,6 +563,8 @@ class SQLiteFaissIndex(FaissIndex):
         self.cache = embedding
         self.released: set[int] = set()
         """Vector ids of deleted children (candidates for ``collect_garbage``)."""
+        self.unrestored: list[str] = []
+        """Children the last :meth:`restore` left out: their node or vector is absent or bad."""
 
     def add_vectors(
         self,
@@ -484,7 +579,7 @@ class SQLiteFaissIndex(FaissIndex):
         with self.cache.db.write() as conn:
             if len(matrix) == len(texts):
                 rows = [(h, v.tobytes()) for h, v in zip(hashes, matrix, strict=True)]
-                conn.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)", rows)
+                self.cache.db.insert_vectors(rows)
             added = super().add_vectors(matrix, texts, metadatas, ids)
             known = self.cache.lookup(hashes)
             last = dict(zip(ids, hashes, strict=True))  # an id given twice: its last vector
@@ -512,17 +607,185 @@ class SQLiteFaissIndex(FaissIndex):
     def restore(self, docstore: BaseStore[str, Document]) -> int:
         """Fill FAISS from the ``children`` table (call inside a read transaction)."""
         pairs = self.cache.db.conn.execute("SELECT key, vec FROM children ORDER BY key").fetchall()
+        self.unrestored = []
         if not pairs:
             return 0
         keys = [k for k, _ in pairs]
-        vectors = self.cache.load([v for _, v in pairs])
+        usable = _usable_vectors(self.cache.db, {v for _, v in pairs})
         docs = docstore.mget(keys)
-        kept = [i for i, d in enumerate(docs) if d is not None]
+        kept = [i for i, d in enumerate(docs) if d is not None and pairs[i][1] in usable]
+        self.unrestored = [keys[i] for i in sorted(set(range(len(keys))) - set(kept))]
+        if not kept:
+            return 0
         FaissIndex.add_vectors(
             self,
-            vectors[kept],
+            np.stack([usable[pairs[i][1]] for i in kept]),
             [docs[i].page_content for i in kept],  # type: ignore[union-attr]
             [docs[i].metadata for i in kept],  # type: ignore[union-attr]
             [keys[i] for i in kept],
         )
         return len(kept)
+
+
+def _usable_vectors(db: Database, ids: Iterable[int]) -> dict[int, np.ndarray]:
+    """The vectors with these ids that exist, have the common size and are finite."""
+    raw: dict[int, bytes] = {}
+    for part in chunks(sorted(ids)):
+        sql = f"SELECT id, vec FROM vectors WHERE id IN ({_marks(len(part))})"  # noqa: S608
+        raw.update(db.conn.execute(sql, part).fetchall())
+    return {i: v for i, v in _vectors_of_common_size(raw).items() if np.isfinite(v).all()}
+
+
+def _vectors_of_common_size(raw: dict[int, bytes]) -> dict[int, np.ndarray]:
+    if not raw:
+        return {}
+    size = Counter(len(v) for v in raw.values()).most_common(1)[0][0]
+    if size == 0 or size % 4:
+        return {}
+    return {i: np.frombuffer(v, dtype=np.float32) for i, v in raw.items() if len(v) == size}
+
+
+# Damage -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Damage:
+    """Rows whose bytes fail their checks (:func:`find_damage`); :func:`mend` removes them."""
+
+    database: list[str] = field(default_factory=list)
+    """What SQLite's own check (``PRAGMA quick_check``) found wrong with the file."""
+    unreadable: list[str] = field(default_factory=list)
+    """Docstore keys whose row no longer decodes."""
+    vectors: list[int] = field(default_factory=list)
+    """Vector ids whose bytes fail their digest (or their size, or are not finite)."""
+    children: list[str] = field(default_factory=list)
+    """Leaf keys whose vector is absent, damaged, or was made for another text."""
+    unchecked: int = 0
+    """Vectors without a digest (an older store; :meth:`Database.add_vector_digests`)."""
+
+    @property
+    def ok(self) -> bool:
+        """Nothing damaged."""
+        return not (self.database or self.unreadable or self.vectors or self.children)
+
+
+def file_damage(db: Database) -> list[str]:
+    """What SQLite's own check of the file (``PRAGMA quick_check``) finds wrong; ``[]``: none."""
+    with db.read():
+        try:
+            found = [str(row[0]) for row in db.conn.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as err:
+            found = [str(err)]
+    return [] if found == ["ok"] else found
+
+
+def find_damage(db: Database, docstore: SQLiteDocStore) -> Damage:
+    """Check every row of a sound file (call in a transaction; :func:`file_damage` first).
+
+    The text and metadata rows, every vector's digest, and that each child's
+    vector is the one made for its text.
+    """
+    damage = Damage()
+    docstore.unreadable = set()
+    keys = list(docstore.yield_keys())
+    for part in chunks(keys):
+        docstore.mget(part)
+    damage.unreadable = sorted(docstore.unreadable)
+    damage.vectors, damage.unchecked = _damaged_vectors(db)
+    damage.children = _damaged_children(db, docstore, set(damage.vectors))
+    return damage
+
+
+def dangling_children(db: Database) -> int:
+    """How many children point at a vector row that is gone (a cheap check)."""
+    sql = "SELECT count(*) FROM children WHERE vec NOT IN (SELECT id FROM vectors)"
+    return int(db.conn.execute(sql).fetchone()[0])
+
+
+def _damaged_vectors(db: Database) -> tuple[list[int], int]:
+    """Ids of vectors that fail their checks, and how many have no digest to check."""
+    digests = db.has_vector_digests()
+    sql = f"SELECT id, hash, vec, {'digest' if digests else 'NULL'} FROM vectors"  # noqa: S608
+    rows = db.conn.execute(sql).fetchall()
+    usable = _vectors_of_common_size({i: v for i, _, v, _ in rows})
+    bad, unchecked = [], 0
+    for i, hash_, vec, digest in rows:
+        if digest is None:
+            unchecked += 1
+        fine = (
+            i in usable
+            and np.isfinite(usable[i]).all()
+            and len(hash_) == len(text_hash(""))
+            and (digest is None or digest == vector_digest(hash_, vec))
+        )
+        if not fine:
+            bad.append(i)
+    return bad, unchecked
+
+
+def _damaged_children(db: Database, docstore: SQLiteDocStore, bad: set[int]) -> list[str]:
+    """Children whose vector is absent or in ``bad``, or whose vector's hash is not their text's."""
+    sql = "SELECT c.key, c.vec, v.hash FROM children c LEFT JOIN vectors v ON v.id = c.vec"
+    rows = db.conn.execute(sql).fetchall()
+    damaged = [key for key, vec, hash_ in rows if hash_ is None or vec in bad]
+    sound = [(key, hash_) for key, vec, hash_ in rows if hash_ is not None and vec not in bad]
+    for part in chunks(sound):
+        docs = docstore.mget([key for key, _ in part])
+        for (key, hash_), doc in zip(part, docs, strict=True):
+            if doc is not None and text_hash(doc.page_content) != hash_:
+                damaged.append(key)
+    return sorted(damaged)
+
+
+def readable_rows(db: Database, sql: str) -> tuple[list[tuple[Any, ...]], bool]:
+    """The rows of ``sql`` that can be read from a damaged file, and whether all could."""
+    rows: list[tuple[Any, ...]] = []
+    try:
+        for row in db.conn.execute(sql):
+            rows.append(tuple(row))
+    except sqlite3.DatabaseError:
+        return rows, False
+    return rows, True
+
+
+def salvage_vectors(db: Database) -> list[tuple[bytes, bytes]]:
+    """``(hash, vector bytes)`` of the vectors a damaged file still holds whole (digest checked)."""
+    digests = db.has_vector_digests()
+    sql = f"SELECT hash, vec, {'digest' if digests else 'NULL'} FROM vectors"  # noqa: S608
+    rows, whole = readable_rows(db, sql)
+    if not whole:  # a damaged page: read the others one row at a time
+        rows = _rows_one_by_one(db, sql)
+    usable = _vectors_of_common_size({i: bytes(v) for i, (_, v, _) in enumerate(rows)})
+    return [
+        (bytes(h), bytes(v))
+        for i, (h, v, d) in enumerate(rows)
+        if i in usable
+        and np.isfinite(usable[i]).all()
+        and len(h) == len(text_hash(""))
+        and (d is None or d == vector_digest(h, v))
+    ]
+
+
+def _rows_one_by_one(db: Database, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` (over ``vectors``) read by id, skipping those that fail."""
+    try:
+        last = db.conn.execute("SELECT max(id) FROM vectors").fetchone()[0] or 0
+    except sqlite3.DatabaseError:
+        return []
+    rows = []
+    for i in range(1, int(last) + 1):
+        with contextlib.suppress(sqlite3.DatabaseError):
+            rows += db.conn.execute(f"{sql} WHERE id = ?", (i,)).fetchall()
+    return rows
+
+
+def mend(db: Database, damage: Damage) -> None:
+    """Delete the damaged rows (their sources then have missing pieces: verify rebuilds them)."""
+    with db.write() as conn:
+        for part in chunks(damage.unreadable):
+            for table in ("nodes", "docs"):
+                conn.execute(f"DELETE FROM {table} WHERE key IN ({_marks(len(part))})", part)  # noqa: S608
+        for part in chunks(damage.vectors):
+            conn.execute(f"DELETE FROM vectors WHERE id IN ({_marks(len(part))})", part)  # noqa: S608
+        for part in chunks(damage.children):
+            conn.execute(f"DELETE FROM children WHERE key IN ({_marks(len(part))})", part)  # noqa: S608

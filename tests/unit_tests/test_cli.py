@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -90,7 +91,10 @@ class TestIndex:
         before = (store / "s2b.sqlite").read_bytes()
         code, out, _ = _run(capsys, "index", str(corpus), "--store", str(store))
         assert code == 0
-        assert out == f"nothing to do: all 3 file(s) unchanged in {store}\n"
+        assert out == (
+            f"nothing to do: all 3 file(s) unchanged in {store}\n"
+            "skipped 1 file(s): 1 of an unsupported type\n"  # ignored.bin
+        )
         assert (store / "s2b.sqlite").read_bytes() == before
 
     def test_changed_file_is_updated(self, store: Path, corpus: Path, capsys) -> None:
@@ -98,7 +102,11 @@ class TestIndex:
         code, out, _ = _run(capsys, "index", str(corpus), "--store", str(store))
         assert code == 0
         assert "0 added, 1 updated, 0 removed, 2 unchanged" in out
-        assert out.endswith("(1 embedded, 2 reused)\n")  # only the new sentence is embedded
+        # only the new sentence is embedded
+        assert out.splitlines()[0].endswith("3 chunk(s), 3 vector(s) (1 embedded, 2 reused)")
+        assert re.fullmatch(
+            r"done in \d+\.\d s: 3 chunk\(s\), [\d.]+ a second", out.splitlines()[-1]
+        )
         result = _query_json(capsys, store, "-k", "1", "--mode", "window")
         assert result["results"]  # still loads and answers after the update
 
@@ -108,7 +116,10 @@ class TestIndex:
         capsys.readouterr()
         code, out, _ = _run(capsys, "index", str(corpus), "--store", str(inner))
         assert code == 0
-        assert out == f"nothing to do: all 3 file(s) unchanged in {inner}\n"  # none hidden
+        assert out == (  # the store is neither indexed nor counted as hidden
+            f"nothing to do: all 3 file(s) unchanged in {inner}\n"
+            "skipped 1 file(s): 1 of an unsupported type\n"
+        )
 
     def test_progress_bar_only_on_a_terminal(
         self, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys
@@ -121,9 +132,10 @@ class TestIndex:
         monkeypatch.setattr(sys, "stderr", terminal)
         assert main(["index", str(corpus), "--store", str(tmp_path / "tty")]) == 0
         drawn = terminal.getvalue()
-        assert "embedding:   0%|" in drawn  # tqdm drew its bar in chunks, with an ETA
-        assert "| 0/13 [00:00<?, ?chunk/s]" in drawn
+        assert "embedding:   0%|" in drawn  # tqdm drew its bar in vectors, with an ETA
+        assert "| 0/13 [00:00<?, ?vector/s]" in drawn
         assert "| 13/13 [00:00<00:00, " in drawn  # done: elapsed<remaining
+        assert "| 3/3 [00:00<00:00, " in drawn  # the files read
         monkeypatch.undo()
         code, _, err = _run(capsys, "index", str(corpus), "--store", str(tmp_path / "pipe"))
         assert (code, err) == (0, "")
@@ -296,7 +308,8 @@ class TestUserErrors:
         assert err.splitlines() == [
             f"s2b: skipped {tmp_path / 'bad.jsonl'}: line 2 is not valid JSON "
             "(Expecting property name enclosed in double quotes)",
-            f"s2b: skipped {tmp_path / 'dup.jsonl'}: document id 'a' appears more than once",
+            f"s2b: skipped {tmp_path / 'dup.jsonl'}: lines 1 and 2 have the id 'a' but differ; "
+            "give each its own id",
             f"s2b: skipped {tmp_path / 'latin1.txt'}: not UTF-8 text (byte 3)",
             f"s2b: skipped {tmp_path / 'shape.jsonl'}: line 1: expected "
             '{"id", "text", ...} or {"page_content", "metadata"}',

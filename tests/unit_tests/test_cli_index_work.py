@@ -101,11 +101,11 @@ def test_index_and_delete_make_the_model_once_and_no_bm25_index(
     out = capsys.readouterr().out.splitlines()
     # two.md's first sentence is reused; its last one now ends in "\n\n" (a new text), and two
     # sentences are new
-    assert out[1].endswith(
-        "0 added, 1 updated, 0 removed, 1 unchanged; 1 document(s), 4 chunk(s) "
+    assert out[2].endswith(
+        "0 added, 1 updated, 0 removed, 1 unchanged; 1 document(s), 4 chunk(s), 4 vector(s) "
         "(3 embedded, 1 reused)"
     )
-    assert out[2] == f"deleted 1 file(s) (1 document(s)) from {store}"
+    assert out[4] == f"deleted 1 file(s) (1 document(s)) from {store}"
 
 
 def test_a_budget_query_after_an_update_answers_like_a_store_indexed_at_once(

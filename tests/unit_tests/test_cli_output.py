@@ -141,14 +141,18 @@ class TestErrors:
         )
         code, out, err = _run(capsys, "verify", "--store", str(store))
         assert code == 1
-        assert out.startswith("1 source(s), 5 node(s), 2 vector(s); 1 damaged source(s)")
+        assert out == (
+            "1 file(s), 1 document(s), 2 chunk(s), 2 vector(s), 5 node(s)\n"
+            "damaged: 1 document(s) with missing pieces\n"
+        )
         assert err == f"s2b: error: {store} is damaged; run: s2b verify --repair --store {store}\n"
         code, out, _ = _run(capsys, "verify", "--store", str(store), "--repair")
         assert code == 0
-        assert out.splitlines()[1] == (
-            "repaired: 1 source(s) rebuilt, 0 removed, 0 orphan(s) deleted; "
-            "0 file(s) will be read again by s2b index"
-        )
+        assert out.splitlines()[1:] == [
+            "damaged: 1 document(s) with missing pieces",
+            "repaired: 1 document(s) rebuilt from their stored text, 0 removed, "
+            "0 damaged row(s) and 0 orphan(s) deleted; 0 file(s) read again from disk",
+        ]
         code, out, _ = _run(capsys, "query", "wombats", "--store", str(store), "-k", "1")
         assert (code, out.splitlines()[1]) == (0, "**Wombats dig burrows.**")
 

@@ -237,10 +237,7 @@ class TestConcurrency:
         assert outs == [f"nothing to do: all 60 file(s) unchanged in {store}\n"] * 2
         check = _s2b("verify", "--store", str(store))
         out, _ = check.communicate(timeout=120)
-        assert out == (
-            "60 source(s), 240 node(s), 60 vector(s); 0 damaged source(s), 0 orphan(s), "
-            "0 bad manifest(s), 0 file(s) with lost documents\nok\n"
-        )
+        assert out == ("60 file(s), 60 document(s), 60 chunk(s), 60 vector(s), 240 node(s)\nok\n")
 
     def test_a_reader_sees_the_last_commit_while_a_writer_is_in_its_transaction(
         self, tmp_path: Path

@@ -390,6 +390,34 @@ class TestVerify:
         assert report.foreign_keys == 2
         assert store.mget(["user:data", "a/b"])[0] is not None
 
+    def test_digests_find_a_changed_text_and_a_changed_node(self) -> None:
+        r = make()
+        r.add_documents(corpus())
+        (doc,) = r.docstore.mget(["beta/doc/0"])
+        assert doc is not None
+        changed = doc.page_content.replace("topic 1.", "topic 7.")
+        r.docstore.mset([("beta/doc/0", Document(changed, metadata=doc.metadata, id=doc.id))])
+        node = sorted(k for k in owned(r, "gamma")[0] if "/parent/" in k)[0]
+        (parent,) = r.docstore.mget([node])
+        assert parent is not None
+        r.docstore.mset([(node, Document(parent.page_content + "!", metadata=parent.metadata))])
+        assert r.verify().ok  # without digests only presence is checked
+        report = r.verify(digests=True)
+        assert (report.bad_digests, report.bad_nodes) == (["beta"], {"gamma": [node]})
+        fixed = r.verify(repair=True, digests=True)
+        assert (fixed.removed, fixed.rebuilt) == (["beta"], ["gamma"])  # beta: its text is lost
+        assert r.verify(digests=True).ok
+        assert_exact(r, ["alpha", "gamma"])
+        assert r.add_documents(corpus()[2:]).unchanged == ["gamma"]  # rebuilt as it was
+
+    def test_digests_of_a_clean_index_and_of_foreign_keys(self) -> None:
+        store = InMemoryStore()
+        store.mset([("user:data", Document("mine"))])
+        r = make(docstore=store)
+        r.add_documents(corpus())
+        report = r.verify(digests=True)
+        assert (report.ok, report.bad_digests, report.bad_nodes) == (True, [], {})
+
     async def test_async_verify_and_repair(self) -> None:
         r = make(byte_store=InMemoryByteStore())
         await r.aadd_documents(corpus())

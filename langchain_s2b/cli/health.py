@@ -1,0 +1,180 @@
+"""``s2b verify``: every stored digest checked; ``--repair`` mends what the files can rebuild.
+
+The checks go from the bytes up:
+
+1. the rows (:func:`~langchain_s2b.store.sqlite.find_damage`): SQLite's own
+   check of the file, every text and metadata row decodes, every vector
+   matches its digest, every child's vector is the one made for its text; and
+   every indexed-file record decodes;
+2. the documents (:func:`~langchain_s2b.core.verify.check` with ``digests``):
+   manifests, nodes and child vectors agree, and each document's stored text,
+   metadata and nodes give its manifest's digest;
+3. the files: every document of an indexed file is there, and every document
+   belongs to an indexed file.
+
+``--repair`` deletes the damaged rows, rebuilds from its stored text every
+document whose text is sound, removes the others, and reads their files again
+from disk (:func:`reread`); a file that is gone is named: its documents can not
+be rebuilt. A damaged database file (SQLite's own check fails) can not be
+mended in place: ``--repair`` then indexes the files again into a new file
+(:func:`rebuild`), keeping the vectors whose digests still check out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langchain_s2b.cli import indexer
+from langchain_s2b.cli.index_dir import DB_FILE, Store, initialise, replace_database
+from langchain_s2b.cli.loaders import Found
+from langchain_s2b.core.keys import (
+    encode_source_key,
+    is_manifest_key,
+    manifest_key,
+    source_key_of,
+)
+from langchain_s2b.core.verify import VerifyReport
+from langchain_s2b.store.sqlite import (
+    Damage,
+    Database,
+    file_damage,
+    find_damage,
+    mend,
+    readable_rows,
+    salvage_vectors,
+)
+
+
+@dataclass
+class Health:
+    """What :func:`check` found (and, with ``repair``, did)."""
+
+    damage: Damage
+    report: VerifyReport | None = None
+    """The documents' check (``None`` when the database file itself is damaged)."""
+    bad_files: list[str] = field(default_factory=list)
+    """Indexed-file records whose bytes are damaged."""
+    lost: list[str] = field(default_factory=list)
+    """Indexed files one of whose documents is gone (removed, with ``repair``)."""
+    unowned: list[str] = field(default_factory=list)
+    """Documents no indexed file holds."""
+
+    @property
+    def ok(self) -> bool:
+        """Nothing damaged, lost or left over."""
+        return (
+            self.damage.ok
+            and self.report is not None
+            and self.report.ok
+            and not (self.bad_files or self.lost or self.unowned)
+        )
+
+
+def check(store: Store, *, repair: bool) -> tuple[Health, dict[str, int] | None]:
+    """Check the store (``repair``: and mend it, in one transaction), and what it holds."""
+    database = file_damage(store.db)
+    if database:
+        return Health(Damage(database=database)), None
+    with store.db.write() if repair else store.db.read():
+        counts = store.counts()
+        return _check(store, repair=repair), counts
+
+
+def _check(store: Store, *, repair: bool) -> Health:
+    health = Health(find_damage(store.db, store.docstore), bad_files=store.damaged_files())
+    if repair:
+        mend(store.db, health.damage)
+        for path in health.bad_files:
+            store.drop_file(path)
+    store.restore()
+    health.report = store.retriever.verify(repair=repair, digests=True)
+    health.lost, health.unowned = _files_without_sources(store)
+    if repair:
+        for path in health.lost:
+            store.drop_file(path)
+        store.retriever.delete(health.unowned)
+    return health
+
+
+def _files_without_sources(store: Store) -> tuple[list[str], list[str]]:
+    """Indexed files one of whose documents has no manifest; documents no file holds."""
+    present = {source_key_of(k) for k in store.docstore.yield_keys() if is_manifest_key(k)}
+    rows = store.files()
+    lost = [
+        path
+        for path, row in rows.items()
+        if any(encode_source_key(s) not in present for s in row.sources)
+    ]
+    held = {encode_source_key(s) for row in rows.values() for s in row.sources}
+    unowned = sorted(present - held)
+    by_key = _source_ids(store, unowned)
+    return lost, [by_key[k] for k in unowned if k in by_key]
+
+
+def _source_ids(store: Store, source_keys: list[str]) -> dict[str, str]:
+    """Source key -> source id, read from the manifests."""
+    manifests = store.docstore.mget([manifest_key(k) for k in source_keys])
+    return {
+        k: str(m.metadata["source_id"])
+        for k, m in zip(source_keys, manifests, strict=True)
+        if m is not None and isinstance(m.metadata.get("source_id"), str)
+    }
+
+
+def reread(
+    store: Store,
+    paths: list[str],
+    *,
+    on_skip: Callable[[str, str], None],
+    progress: indexer.Progress,
+) -> tuple[indexer.Outcome, list[str]]:
+    """Index again the files that still exist; the paths that do not (their documents left)."""
+    there = [Path(p) for p in paths if Path(p).is_file()]
+    gone = [p for p in paths if not Path(p).is_file()]
+    found = Found(files=there)
+    done = indexer.run(store, found, strict=False, on_skip=on_skip, progress=progress, prune=False)
+    return done, gone
+
+
+@dataclass
+class Rebuilt:
+    """What :func:`rebuild` did with a store whose database file is damaged."""
+
+    done: indexer.Outcome
+    vectors: int
+    """Vectors kept from the damaged file (their digests checked): not embedded again."""
+    gone: list[str]
+    """Indexed files no longer on disk."""
+    complete: bool
+    """Whether the list of indexed files could be read whole."""
+
+
+def rebuild(
+    store: Store, *, on_skip: Callable[[str, str], None], progress: indexer.Progress
+) -> Rebuilt:
+    """Index the store's files again into a new database file that replaces the damaged one.
+
+    The vectors that the damaged file still holds whole are kept, so only the
+    rest is embedded again. Call under the writer lock; ``store`` is closed.
+    """
+    rows, complete = readable_rows(store.db, "SELECT path FROM files")
+    paths = [str(r[0]) for r in rows if isinstance(r[0], str)]
+    kept = salvage_vectors(store.db)
+    store.close()
+    fresh = store.directory / f"{DB_FILE}.rebuild"
+    for name in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
+        name.unlink(missing_ok=True)
+    db = Database(fresh)
+    try:
+        initialise(db, store.spec)
+        with db.write():
+            db.insert_vectors(kept)
+        new = Store(store.directory, db, store.spec, embedding=store.cache.model, search=False)
+        done, gone = reread(new, paths, on_skip=on_skip, progress=progress)
+        new.cache.collect_garbage()
+    finally:
+        db.close()
+    replace_database(store.directory, fresh)
+    return Rebuilt(done, len(kept), gone, complete)
