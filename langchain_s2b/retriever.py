@@ -15,6 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+# What LangChain imports on the first invoke of any runnable (its callbacks' tracers, ~20 ms
+# here), imported with the retriever: a retriever's first query costs what any query costs.
+import langchain_core.tracers.context
+import langchain_core.tracers.langchain
+import langchain_core.tracers.stdout  # noqa: F401
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -24,7 +29,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list
-from langchain_core.stores import BaseStore, InMemoryStore
+from langchain_core.stores import BaseStore
 from langchain_core.tools import BaseTool
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -46,6 +51,7 @@ from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.codec import DocumentCodecStore
 from langchain_s2b.store.faiss_index import FaissIndex
 from langchain_s2b.store.hybrid_index import HybridChildIndex
+from langchain_s2b.store.node_store import NodeStore
 from langchain_s2b.store.runner import Runner
 
 T = TypeVar("T")
@@ -106,8 +112,9 @@ class SmallToBigRetriever(BaseRetriever):
 
     vectorstore: VectorStore
     """The child index: only the finest level is embedded here."""
-    docstore: BaseStore[str, Document] = Field(default_factory=InMemoryStore)
-    """Every node (leaves, parents, documents) and the per-source manifests."""
+    docstore: BaseStore[str, Document] = Field(default_factory=NodeStore)
+    """Every node (leaves, parents, documents) and the per-source manifests (default: a
+    ``NodeStore``, in memory, each node a span over its source's text)."""
     byte_store: BaseStore[str, bytes] | None = None
     """A byte store to hold the nodes instead, through a safe JSON codec."""
     mode: Mode = "parent"

@@ -36,6 +36,14 @@ def encode_document(doc: Document) -> bytes:
 
 def decode_document(data: bytes, key: str = "?") -> Document:
     """Parse bytes written by :func:`encode_document`; reject anything else."""
+    payload = check_document(data, key)
+    return Document(
+        page_content=payload["page_content"], metadata=payload["metadata"], id=payload["id"]
+    )
+
+
+def check_document(data: bytes, key: str = "?") -> dict[str, Any]:
+    """The checked JSON of a document written by :func:`encode_document` (no ``Document`` made)."""
     try:
         payload = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -54,9 +62,7 @@ def decode_document(data: bytes, key: str = "?") -> Document:
             f"(codec version {CODEC_VERSION}): {data[:80]!s}."
         )
         raise ValueError(msg)
-    return Document(
-        page_content=payload["page_content"], metadata=payload["metadata"], id=payload["id"]
-    )
+    return dict(payload)
 
 
 def _decode_all(keys: Sequence[str], values: Sequence[bytes | None]) -> list[Document | None]:

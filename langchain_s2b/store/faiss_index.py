@@ -2,8 +2,11 @@
 
 Vectors are L2-normalised and searched by inner product, so a score is the
 cosine similarity (higher is better). Each vector is keyed by its node key;
-FAISS row positions are never used as split indices. ``save``/``load`` write
-the FAISS index with ``faiss.write_index`` and everything else as JSON.
+FAISS row positions are never used as split indices. Each row's key, text and
+metadata are columns (:mod:`~langchain_s2b.store.records`), made into a
+``Document`` only when asked for. ``save``/``load`` write the FAISS index with
+``faiss.write_index``, the columns as numpy arrays and one UTF-8 file, and the
+header as JSON; loading reads them as they are (no pickle, nothing per row).
 
 Deletion works for every index type. Where FAISS removes vectors and
 renumbers the rest, as ``IndexIDMap2`` needs (``Flat``, ``PQ``, ``SQ``: the flat
@@ -36,7 +39,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +52,16 @@ from langchain_core.vectorstores import VectorStore
 from langchain_s2b.core.filters import Filter, check_filter, matches_filter
 from langchain_s2b.core.tree import NODE_FIELDS
 from langchain_s2b.store.lexical_index import LexicalIndex
+from langchain_s2b.store.records import FILES as RECORD_FILES
+from langchain_s2b.store.records import Records, RowsByKey
 
 INDEX_FILE = "children.faiss"
-RECORDS_FILE = "children.jsonl"
-RECORDS_FORMAT = "langchain_s2b.faiss.v1"
+HEADER_FILE = "children.json"
+HEADER_FORMAT = "langchain_s2b.faiss.v2"
+LEGACY_RECORDS_FILE = "children.jsonl"
+"""Format version 1 kept every record as a line of JSON; still read."""
+LEGACY_FORMAT = "langchain_s2b.faiss.v1"
+SAVED_FILES = (INDEX_FILE, HEADER_FILE, *RECORD_FILES)
 _STATIC_INDEXES = ("NSG", "NNDESCENT")
 _SOURCE_FIELDS = NODE_FIELDS - {"source_id", "source_key"}
 """Leaf fields that differ between the leaves of one source (a filter on them is per row)."""
@@ -117,15 +126,10 @@ class FaissIndex(VectorStore):
         self._staging: Any = None
         self._dim: int | None = None
         self._next_id = 0
-        self._ids: dict[str, int] = {}
-        self._keys: dict[int, str] = {}
-        self._records: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._rows: Records = Records()
+        """Each live row's key, text and metadata, as columns (:mod:`.records`)."""
         self._dead: set[int] = set()
         """Rows deleted from the maps whose vectors the index could not remove."""
-        self._sources: dict[str, set[int]] = {}
-        """Rows per ``source_key`` (the leaves of one source share its metadata)."""
-        self._loose: set[int] = set()
-        """Rows whose metadata names no ``source_key`` (a filter is evaluated on each)."""
         self._parsed: dict[int, Any] = {}
         """Per row, what :meth:`parsed` made of its record (filled lazily, dropped on delete)."""
         self._version = 0
@@ -136,6 +140,11 @@ class FaissIndex(VectorStore):
         self._lexical: LexicalIndex | None = None
         """The leaves' text for BM25, built on first use and kept with every write after."""
         self._lock = threading.RLock()
+
+    @property
+    def _ids(self) -> Mapping[str, int]:
+        """``key -> row`` of every live row (a read-only view of the records)."""
+        return RowsByKey(self._rows)
 
     @property
     def embeddings(self) -> Embeddings:
@@ -153,7 +162,7 @@ class FaissIndex(VectorStore):
         return self._staging is None and (self._index is None or bool(self._index.is_trained))
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._rows)
 
     def _new_index(self, dim: int) -> Any:
         try:
@@ -260,16 +269,18 @@ class FaissIndex(VectorStore):
             raise ValueError(msg)
         with self._lock:
             self._ensure_index(matrix.shape[1])
-            known = self._ids
-            self.delete([i for i in ids if i in known])
+            self._check_writable()
+            held = self._rows.row
+            self.delete([i for i in ids if held(i) >= 0])
             rows = np.arange(self._next_id, self._next_id + len(ids), dtype=np.int64)
-            self._next_id += len(ids)
-            self._active().add_with_ids(normalise(matrix), rows)
             row_list = rows.tolist()
-            known.update(zip(ids, row_list, strict=True))
-            self._keys.update(zip(row_list, ids, strict=True))
-            self._records.update(zip(row_list, zip(texts, metadatas, strict=True), strict=True))
-            self._group_by_source(row_list, metadatas)
+            self._rows.add(row_list, ids, texts, metadatas)
+            try:
+                self._active().add_with_ids(normalise(matrix), rows)
+            except BaseException:
+                self._rows.remove(row_list)
+                raise
+            self._next_id += len(ids)
             self._version += 1
             if self._lexical is not None:
                 try:
@@ -305,52 +316,30 @@ class FaissIndex(VectorStore):
         Returns whether any vector went.
         """
         with self._lock:
+            self._check_writable()
             if ids is None:
                 return self._clear()
-            rows = list(dict.fromkeys(self._ids[key] for key in ids if key in self._ids))
+            held = self._rows.row
+            rows = list(dict.fromkeys(row for row in map(held, ids) if row >= 0))
             if not rows:
                 return False
             if self._lexical is not None:  # first: it is the part that can fail
-                self._lexical.delete([self._keys[row] for row in rows])
+                self._lexical.delete([str(self._rows.key(row)) for row in rows])
             self._drop(rows)
         return True
 
     def _drop(self, rows: list[int]) -> None:
-        """Remove rows from FAISS and the maps (not from the lexical index)."""
+        """Remove rows from FAISS and the records (not from the lexical index)."""
         self._remove_rows(rows)
+        self._rows.remove(rows)
         for row in rows:
-            del self._ids[self._keys.pop(row)]
-            _, meta = self._records.pop(row)
             self._parsed.pop(row, None)
-            self._forget_source(row, meta)
         self._version += 1
-        if len(self._dead) >= max(64, len(self._ids) // 4):
+        if len(self._dead) >= max(64, len(self._rows) // 4):
             self._compact()
 
-    def _group_by_source(self, rows: list[int], metadatas: Sequence[dict[str, Any]]) -> None:
-        """Note each row under its ``source_key`` (runs of one source added at once)."""
-        sources = self._sources
-        current: str | None = None
-        members: set[int] = self._loose
-        for row, meta in zip(rows, metadatas, strict=True):
-            source = meta.get("source_key")
-            if source != current:
-                current = source
-                if isinstance(source, str):
-                    members = sources.setdefault(source, set())
-                else:
-                    current, members = None, self._loose
-            members.add(row)
-
-    def _forget_source(self, row: int, meta: dict[str, Any]) -> None:
-        source = meta.get("source_key")
-        members = self._sources.get(source) if isinstance(source, str) else None
-        if members is None:
-            self._loose.discard(row)
-            return
-        members.discard(row)
-        if not members:
-            del self._sources[source]  # type: ignore[arg-type]
+    def _check_writable(self) -> None:
+        """Hook for an index opened read-only (memory-mapped): refuse a write in one line."""
 
     def _remove_rows(self, rows: list[int]) -> None:
         """Remove rows from FAISS where that is sound, else make them tombstones."""
@@ -361,16 +350,12 @@ class FaissIndex(VectorStore):
             self._dead.update(rows)
 
     def _clear(self) -> bool:
-        had = bool(self._ids)
+        had = bool(len(self._rows))
         for index in (self._index, self._staging):
             if index is not None:
                 index.reset()
-        self._ids.clear()
-        self._keys.clear()
-        self._records.clear()
+        self._rows.clear()
         self._dead.clear()
-        self._sources.clear()
-        self._loose.clear()
         self._parsed.clear()
         self._version += 1
         if self._lexical is not None:
@@ -403,8 +388,7 @@ class FaissIndex(VectorStore):
     def rows_of(self, ids: Sequence[str]) -> list[int]:
         """The row of each key (``-1``: not held)."""
         with self._lock:
-            get = self._ids.get
-            return [get(key, -1) for key in ids]
+            return list(map(self._rows.row, ids))
 
     def scores_of(self, query: np.ndarray, rows: Sequence[int]) -> np.ndarray | None:
         """The query's score against each row's stored vector (what a search would give it).
@@ -426,12 +410,12 @@ class FaissIndex(VectorStore):
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The stored children with these keys (unknown keys skipped)."""
         with self._lock:
-            rows = [self._ids[key] for key in ids if key in self._ids]
-            return [self._document(row) for row in rows]
+            found = [self._rows.record(row) for row in map(self._rows.row, ids) if row >= 0]
+            return [Document(page_content=t, metadata=m, id=k) for k, t, m in filter(None, found)]
 
     def _document(self, row: int) -> Document:
-        text, meta = self._records[row]
-        return Document(page_content=text, metadata=dict(meta), id=self._keys[row])
+        key, text, meta = self._rows.record(row) or ("", "", {})
+        return Document(page_content=text, metadata=meta, id=key)
 
     def search_rows(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Raw batched search: ``(scores, rows)``, one row per query; ``-1`` is an empty slot."""
@@ -482,28 +466,23 @@ class FaissIndex(VectorStore):
         """
         out: list[Any] = []
         with self._lock:
-            cache, keys = self._parsed, self._keys
+            cache, record = self._parsed, self._rows.record
             for row in rows:
                 found = cache.get(row)
-                if found is None:
-                    key = keys.get(row)
-                    if key is not None:
+                if found is None and row >= 0:
+                    got = record(row)
+                    if got is not None:
                         if len(cache) >= _PARSED_CACHE:
                             cache.clear()
-                        text, meta = self._records[row]
-                        found = cache[row] = parse(key, text, meta)
+                        found = cache[row] = parse(*got)
                 out.append(found)
         return out
 
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
         """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
-        out: list[tuple[str, str, dict[str, Any]] | None] = []
         with self._lock:
-            keys, records = self._keys, self._records
-            for row in rows:
-                key = keys.get(row)
-                out.append(None if key is None else (key, *records[row]))
-        return out
+            record = self._rows.record
+            return [None if row < 0 else record(row) for row in rows]
 
     # The lexical index ------------------------------------------------------------
 
@@ -515,10 +494,8 @@ class FaissIndex(VectorStore):
         """
         with self._lock:
             if self._lexical is None:
-                lexical = LexicalIndex()
-                lexical.add(
-                    [(self._keys[row], text, meta) for row, (text, meta) in self._records.items()]
-                )
+                lexical = LexicalIndex.scratch(documents=False)
+                lexical.add(list(self._rows.entries()))
                 self._lexical = lexical
             return self._lexical
 
@@ -533,9 +510,12 @@ class FaissIndex(VectorStore):
         return self._lexical
 
     def adopt_lexical(self, lexical: LexicalIndex) -> None:
-        """Use a lexical index read from a save, if it holds exactly this index's leaves."""
+        """Use a lexical index read from a save (with this index: as many leaves, checksummed).
+
+        ``verify`` compares its keys with the leaves one by one.
+        """
         with self._lock:
-            if lexical.keys() == set(self._ids):
+            if len(lexical) == len(self._rows):
                 self._lexical = lexical
 
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
@@ -547,12 +527,11 @@ class FaissIndex(VectorStore):
         sources = self.matching_sources(flt)
         if sources is not None:
             return lexical.search(query, n, sources=sources)
-        rows = self._ids
+        held = self._rows
 
         def keep(key: str, _: dict[str, Any]) -> bool:
-            row = rows.get(key)
-            record = None if row is None else self._records.get(row)
-            return record is not None and matches_filter(record[1], flt)
+            row = held.row(key)
+            return row >= 0 and matches_filter(held.meta(row), flt)
 
         return lexical.search(query, n, keep=keep)
 
@@ -562,14 +541,16 @@ class FaissIndex(VectorStore):
         ``None`` where :meth:`matching_rows` is: a callable, a per-leaf field,
         or rows that name no source.
         """
-        if not isinstance(flt, dict) or _per_leaf(flt) or self._loose:
+        if not isinstance(flt, dict) or _per_leaf(flt):
             return None
         with self._lock:
-            records = self._records
+            if self._rows.unsourced():
+                return None
+            meta = self._rows.meta
             return {
                 source
-                for source, members in self._sources.items()
-                if matches_filter(records[next(iter(members))][1], flt)
+                for source, first, _ in self._rows.sources()
+                if matches_filter(meta(first), flt)
             }
 
     def matching_rows(self, flt: Filter) -> np.ndarray | None:
@@ -591,14 +572,15 @@ class FaissIndex(VectorStore):
             if cached is not None and cached[0] == self._version:
                 self._filtered.move_to_end(name)
                 return cached[1]
-            records = self._records
-            chosen: list[int] = []
-            for members in self._sources.values():
-                first = next(iter(members))
-                if matches_filter(records[first][1], flt):
-                    chosen.extend(members)
-            chosen.extend(row for row in self._loose if matches_filter(records[row][1], flt))
-            rows = np.sort(np.asarray(chosen, dtype=np.int64))
+            meta = self._rows.meta
+            chosen: list[np.ndarray] = [
+                members
+                for _, first, members in self._rows.sources()
+                if matches_filter(meta(first), flt)
+            ]
+            loose = [row for row in self._rows.unsourced() if matches_filter(meta(row), flt)]
+            chosen.append(np.asarray(loose, dtype=np.int64))
+            rows = np.sort(np.concatenate(chosen))
             self._filtered[name] = (self._version, rows)
             while len(self._filtered) > _FILTER_CACHE:
                 self._filtered.popitem(last=False)
@@ -684,12 +666,14 @@ class FaissIndex(VectorStore):
     def keys(self) -> list[str]:
         """Every child key the index holds (for ``verify``)."""
         with self._lock:
-            return list(self._ids)
+            return self._rows.keys()
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write the FAISS index and the JSON records into ``directory``.
+        """Write the FAISS index, its header and the records into ``directory``.
 
-        Returns the names of the files written. Not atomic on its own:
+        Returns the names of the files written: ``children.faiss``
+        (``faiss.write_index``), ``children.json`` (the header) and the records
+        as columns (:meth:`Records.write`). Not atomic on its own:
         :func:`langchain_s2b.store.persist.save` writes into a fresh directory and
         switches to it only once everything is on disk.
         """
@@ -697,25 +681,22 @@ class FaissIndex(VectorStore):
         path.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._compact()
-            written = [RECORDS_FILE]
+            written = [HEADER_FILE]
             if self._index is not None:
                 faiss.write_index(self._active(), str(path / INDEX_FILE))
                 written.append(INDEX_FILE)
-            with (path / RECORDS_FILE).open("w", encoding="ascii") as out:
-                header = {
-                    "format": RECORDS_FORMAT,
-                    "dim": self._dim,
-                    "factory": self.index_factory,
-                    "next": self._next_id,
-                    "count": len(self._records),
-                    "staged": self._staging is not None,
-                    "search_params": self.search_params,
-                    "train_size": self.train_size,
-                }
-                out.write(json.dumps(header) + "\n")
-                for row, (text, meta) in self._records.items():
-                    line = {"row": row, "key": self._keys[row], "text": text, "meta": meta}
-                    out.write(json.dumps(line, ensure_ascii=True, allow_nan=False) + "\n")
+            written += self._rows.write(path)
+            header = {
+                "format": HEADER_FORMAT,
+                "dim": self._dim,
+                "factory": self.index_factory,
+                "next": self._next_id,
+                "count": len(self._rows),
+                "staged": self._staging is not None,
+                "search_params": self.search_params,
+                "train_size": self.train_size,
+            }
+            (path / HEADER_FILE).write_text(json.dumps(header) + "\n", encoding="ascii")
         return written
 
     @staticmethod
@@ -726,11 +707,10 @@ class FaissIndex(VectorStore):
         before it replaces the previous one.
         """
         path = Path(directory)
-        with (path / RECORDS_FILE).open(encoding="ascii") as lines:
-            header = json.loads(lines.readline())
+        header = json.loads((path / HEADER_FILE).read_text(encoding="ascii"))
         if header["dim"] is None:
             return
-        index = read_faiss_file(path / INDEX_FILE)
+        index = read_faiss_file(path / INDEX_FILE, mapped=True)  # no second copy in memory
         if index.d != header["dim"] or index.ntotal != header["count"]:
             msg = (
                 f"{path / INDEX_FILE} reads back as {index.ntotal} vectors of {index.d} "
@@ -740,18 +720,34 @@ class FaissIndex(VectorStore):
 
     @classmethod
     def load(cls, directory: str | Path, embedding: Embeddings) -> FaissIndex:
-        """Read an index written by :meth:`save` (no pickle: JSON and FAISS only).
+        """Read an index written by :meth:`save` (no pickle: JSON, numpy arrays and FAISS).
 
         Every value is type-checked, and the FAISS file must be an ``IndexIDMap2``
         whose dimension, size and row ids match the records; anything else raises
-        ``ValueError`` naming the file and what is wrong.
+        ``ValueError`` naming the file and what is wrong. A directory written
+        before the records were columns (``children.jsonl``) is read too.
         """
         path = Path(directory)
-        header, records = read_records(path / RECORDS_FILE)
+        if not (path / HEADER_FILE).exists() and (path / LEGACY_RECORDS_FILE).exists():
+            header, records = read_legacy_records(path / LEGACY_RECORDS_FILE)
+            rows = Records()
+            rows.add(
+                [r[0] for r in records],
+                [r[1] for r in records],
+                [r[2] for r in records],
+                [r[3] for r in records],
+            )
+        else:
+            header = read_header(path / HEADER_FILE)
+            rows = Records.read(path, header["next"])
+            if len(rows) != header["count"]:
+                count = header["count"]
+                msg = f"{path / HEADER_FILE} counts {count} records but {len(rows)} are stored."
+                raise ValueError(msg)
         store = cls(embedding, header["factory"], **header["options"])
         store._next_id = header["next"]
         if header["dim"] is not None:
-            index = read_faiss(path / INDEX_FILE, header["dim"], records)
+            index = read_faiss(path / INDEX_FILE, header["dim"], rows.live_rows())
             store._ensure_index(header["dim"])
             if header["staged"]:
                 store._staging = index
@@ -759,14 +755,10 @@ class FaissIndex(VectorStore):
                 store._staging, store._index = None, index
                 if store.search_params:
                     store._apply_search_params(index)
-        elif records:
-            msg = f"{path / RECORDS_FILE}: records but no dimension; the file is damaged."
+        elif len(rows):
+            msg = f"{path / HEADER_FILE}: records but no dimension; the file is damaged."
             raise ValueError(msg)
-        for row, key, text, meta in records:
-            store._ids[key] = row
-            store._keys[row] = key
-            store._records[row] = (text, meta)
-        store._group_by_source([r[0] for r in records], [r[3] for r in records])
+        store._rows = rows
         return store
 
 
@@ -874,7 +866,7 @@ def _search_parameters(index: Any, selector: Any, k: int) -> Any:
 # Reading the files back (every value checked) -------------------------------------
 
 _FACTORY = re.compile(r"^[A-Za-z0-9_,.\-]{1,200}$")
-Record = tuple[int, str, str, dict[str, Any]]
+LegacyRecord = tuple[int, str, str, dict[str, Any]]
 
 
 def _damaged(file: Path, what: str) -> ValueError:
@@ -887,18 +879,23 @@ def _int(value: Any, name: str, file: Path, *, minimum: int = 0) -> int:
     return value
 
 
-def read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
-    """Parse and type-check ``children.jsonl``."""
+def read_header(file: Path) -> dict[str, Any]:
+    """Parse and type-check ``children.json``."""
     try:
-        lines = file.read_bytes().decode("ascii").splitlines()
-        rows = [json.loads(line) for line in lines]
+        header = json.loads(file.read_bytes().decode("ascii"))
     except FileNotFoundError:
         raise _damaged(file, "the file is missing") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _damaged(file, f"not JSON lines ({err})") from None
-    if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != RECORDS_FORMAT:
-        raise _damaged(file, f"the first line must be a header with format {RECORDS_FORMAT!r}")
-    header = rows[0]
+        raise _damaged(file, f"not JSON ({err})") from None
+    if not isinstance(header, dict) or header.get("format") != HEADER_FORMAT:
+        raise _damaged(file, f"it must be a header with format {HEADER_FORMAT!r}")
+    info = _header_info(header, file)
+    info["count"] = _int(header.get("count"), "count", file)
+    return info
+
+
+def _header_info(header: dict[str, Any], file: Path) -> dict[str, Any]:
+    """The checked fields of a header (both formats)."""
     dim = header.get("dim")
     if dim is not None:
         _int(dim, "dim", file, minimum=1)
@@ -906,8 +903,34 @@ def read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
     if not isinstance(factory, str) or not _FACTORY.match(factory):
         raise _damaged(file, f"factory must be a FAISS index_factory string, got {factory!r}")
     nxt = _int(header.get("next"), "next", file)
-    count = _int(header.get("count"), "count", file)
-    records: list[Record] = []
+    params, size = header.get("search_params"), header.get("train_size")
+    if (params is not None and not isinstance(params, str)) or not isinstance(
+        header.get("staged", False), bool
+    ):
+        raise _damaged(file, "search_params must be a string and staged a boolean")
+    options = {
+        "search_params": params,
+        "train_size": None if size is None else _int(size, "train_size", file, minimum=1),
+    }
+    staged = bool(header.get("staged", False))
+    return {"dim": dim, "factory": factory, "next": nxt, "staged": staged, "options": options}
+
+
+def read_legacy_records(file: Path) -> tuple[dict[str, Any], list[LegacyRecord]]:
+    """Parse and type-check ``children.jsonl`` (saves of format version 1)."""
+    try:
+        lines = file.read_bytes().decode("ascii").splitlines()
+        rows = [json.loads(line) for line in lines]
+    except FileNotFoundError:
+        raise _damaged(file, "the file is missing") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _damaged(file, f"not JSON lines ({err})") from None
+    if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != LEGACY_FORMAT:
+        raise _damaged(file, f"the first line must be a header with format {LEGACY_FORMAT!r}")
+    info = _header_info(rows[0], file)
+    nxt = info["next"]
+    count = _int(rows[0].get("count"), "count", file)
+    records: list[LegacyRecord] = []
     seen_keys: set[str] = set()
     seen_rows: set[int] = set()
     for rec in rows[1:]:
@@ -923,22 +946,17 @@ def read_records(file: Path) -> tuple[dict[str, Any], list[Record]]:
         records.append((row, str(key), str(text), dict(meta)))  # type: ignore[arg-type]
     if count != len(records):
         raise _damaged(file, f"the header counts {count} records but {len(records)} follow")
-    params, size = header.get("search_params"), header.get("train_size")
-    if (params is not None and not isinstance(params, str)) or not isinstance(
-        header.get("staged", False), bool
-    ):
-        raise _damaged(file, "search_params must be a string and staged a boolean")
-    options = {
-        "search_params": params,
-        "train_size": None if size is None else _int(size, "train_size", file, minimum=1),
-    }
-    staged = bool(header.get("staged", False))
-    info = {"dim": dim, "factory": factory, "next": nxt, "staged": staged, "options": options}
     return info, records
 
 
-def read_faiss_file(file: Path) -> Any:
-    """Read a FAISS ``IndexIDMap2`` file; anything else is a ``ValueError`` naming it."""
+def read_faiss_file(file: Path, *, mapped: bool = False) -> Any:
+    """Read a FAISS ``IndexIDMap2`` file; anything else is a ``ValueError`` naming it.
+
+    ``mapped``: a flat index's vectors are memory-mapped from the file instead
+    of read (``IO_FLAG_MMAP_IFC``): opening costs no time and no memory, pages
+    are read when a search touches them. Such an index can not be added to
+    (FAISS aborts the process), so only read-only callers ask for it.
+    """
     try:
         with file.open("rb") as fh:
             magic = fh.read(4)
@@ -947,13 +965,13 @@ def read_faiss_file(file: Path) -> Any:
     if magic != b"IxM2":
         raise _damaged(file, f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}")
     try:
-        return faiss.read_index(str(file))
+        return faiss.read_index(str(file), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
     except RuntimeError as err:
         raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
 
 
-def read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
-    """Read a FAISS file and check it matches the records exactly."""
+def read_faiss(file: Path, dim: int, rows: np.ndarray) -> Any:
+    """Read a FAISS file and check it matches the records' rows exactly."""
     index = read_faiss_file(file)
     if index.d != dim:
         msg = (
@@ -961,11 +979,11 @@ def read_faiss(file: Path, dim: int, records: list[Record]) -> Any:
             "the files do not belong together."
         )
         raise ValueError(msg)
-    rows = sorted(int(r) for r in faiss.vector_to_array(index.id_map).tolist())
-    if index.ntotal != len(records) or rows != sorted(r[0] for r in records):
+    ids = np.sort(faiss.vector_to_array(index.id_map).astype(np.int64))
+    if index.ntotal != len(rows) or not np.array_equal(ids, np.sort(rows)):
         msg = (
             f"{file} holds {index.ntotal} vectors whose ids do not match the "
-            f"{len(records)} records; the files do not belong together."
+            f"{len(rows)} records; the files do not belong together."
         )
         raise ValueError(msg)
     return index

@@ -51,6 +51,8 @@ class HybridChildIndex(ChildIndex):
         self._own: LexicalIndex | None = None
         if self.faiss is None:
             self._own = shared_lexical(vectorstore, docstore)
+        else:  # built now (once per index), so that every write reaches it and save keeps it
+            self.faiss.lexical()
 
     @property
     def lexical(self) -> LexicalIndex:

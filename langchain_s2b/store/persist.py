@@ -1,4 +1,4 @@
-"""Persistence: a retriever's stores as plain files (FAISS + JSON, never pickle).
+"""Persistence: a retriever's stores as plain files (FAISS, numpy arrays, JSON; never pickle).
 
 A save directory holds complete snapshots and a pointer to the current one::
 
@@ -7,9 +7,19 @@ A save directory holds complete snapshots and a pointer to the current one::
       snapshot-<time>-<rand>/
         s2b.json               format, version, configuration, checksums
         children.faiss         faiss.write_index of the child index
-        children.jsonl         the children's keys, text and metadata
-        nodes.txt              the docstore, when it lives in memory: per line the
-                               key as a JSON string, a tab, the document as JSON
+        children.json          its header (dimension, factory, next row id, count)
+        records.*              the children's keys, text and metadata as columns
+                               (:mod:`~langchain_s2b.store.records`)
+        nodes.*                the docstore, when it lives in memory: nodes as spans
+                               over their source's text (:mod:`~langchain_s2b.store.node_store`)
+        lexical/               the lexical index (tantivy's own files), with hybrid search
+
+Loading reads these as they are: numpy arrays (``allow_pickle=False``), one
+UTF-8 text file per store, FAISS's own reader, tantivy's files opened in place
+(from a scratch copy): no ``Document`` is made and nothing is indexed again.
+A save of format version 1 (``children.jsonl`` and ``nodes.txt``: one line of
+JSON per record and per node) is read too, more slowly; saving it again
+writes version 2.
 
 ``save`` holds an inter-process file lock (``path/.lock``, ``filelock``) so saves
 to one path, from threads or processes, run one at a time. It writes a new
@@ -45,7 +55,11 @@ from langchain_s2b.core.lifecycle import Config
 from langchain_s2b.core.splitters import build_splitter, describe_splitter
 from langchain_s2b.core.tree import Level
 from langchain_s2b.store.codec import DocumentCodecStore, decode_document, encode_document
-from langchain_s2b.store.faiss_index import INDEX_FILE, RECORDS_FILE, FaissIndex
+from langchain_s2b.store.faiss_index import (
+    LEGACY_RECORDS_FILE,
+    SAVED_FILES,
+    FaissIndex,
+)
 from langchain_s2b.store.files import (
     TEMP_PREFIX,
     class_name,
@@ -56,12 +70,16 @@ from langchain_s2b.store.files import (
     write_text_atomic,
 )
 from langchain_s2b.store.lexical_index import LexicalIndex
+from langchain_s2b.store.node_store import FILES as NODE_FILES
+from langchain_s2b.store.node_store import NodeStore, copy_into
 
 FORMAT = "langchain_s2b"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 POINTER = "CURRENT"
 CONFIG_FILE = "s2b.json"
-NODES_FILE = "nodes.txt"
+LEGACY_NODES_FILE = "nodes.txt"
+"""Format version 1's docstore: per line the key as JSON, a tab, the document as JSON."""
 LEXICAL_DIR = "lexical"
 """The lexical index's files (tantivy's own format), inside a snapshot."""
 _LEXICAL_FILE = re.compile(rf"^{LEXICAL_DIR}/(?!\.\.?$)[A-Za-z0-9_.-]+$")
@@ -176,8 +194,9 @@ def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> 
     include = kind != "external" if include_docstore is None else include_docstore
     nodes = None
     if include:
-        nodes = write_nodes(store, temp / NODES_FILE)
-        files[NODES_FILE] = fsync_and_hash(temp / NODES_FILE)
+        names, nodes = write_nodes(store, temp)
+        for name in names:
+            files[name] = fsync_and_hash(temp / name)
     levels = saved.levels
     embedding = index.embeddings
     return {
@@ -219,7 +238,7 @@ def load(
         check_dimension(embedding, dim, meta["embedding"]["class"])
         _warn_if_other_model(embedding, meta["embedding"])
     vectorstore = _load_vectors(snap, meta, embedding, vectorstore)
-    store = restore_docstore(snap / NODES_FILE, meta["docstore"], docstore, byte_store)
+    store = restore_docstore(snap, meta, docstore, byte_store)
     levels = _load_levels(meta, splitters or {})
     if Config(levels).fingerprint() != meta["fingerprint"]:
         warnings.warn(
@@ -230,7 +249,7 @@ def load(
         )
     lexical = None
     if any(name.startswith(f"{LEXICAL_DIR}/") for name in meta["files"]):
-        lexical = LexicalIndex.load(snap / LEXICAL_DIR)
+        lexical = LexicalIndex.load(snap / LEXICAL_DIR, documents=False)
     return Loaded(vectorstore, store, levels, dict(meta["retriever"]), lexical)
 
 
@@ -315,10 +334,11 @@ def _read_config(snap: Path) -> dict[str, Any]:
         msg = f"{file} is not a langchain_s2b save (no format {FORMAT!r})."
         raise ValueError(msg)
     version = meta.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         msg = (
-            f"{file} has format version {version!r}; this langchain_s2b reads version "
-            f"{FORMAT_VERSION}. Load it with the version that wrote it and re-index."
+            f"{file} has format version {version!r}; this langchain_s2b reads versions "
+            f"{list(READABLE_VERSIONS)}. Load it with the version that wrote it and save it "
+            "again, or re-index."
         )
         raise ValueError(msg)
     _check_shape(file, meta)
@@ -338,8 +358,8 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
         problems.append(f"embedding.dim must be a positive integer, got {emb['dim']!r}")
     if not isinstance(vec, dict) or vec.get("kind") not in ("faiss", "external"):
         problems.append("vectorstore.kind must be 'faiss' or 'external'")
-    if not isinstance(doc, dict) or doc.get("kind") not in ("memory", "memory-bytes", "external"):
-        problems.append("docstore.kind must be 'memory', 'memory-bytes' or 'external'")
+    if not isinstance(doc, dict) or doc.get("kind") not in _KINDS:
+        problems.append(f"docstore.kind must be one of {list(_KINDS)}")
     elif not isinstance(doc.get("saved"), bool):
         problems.append("docstore.saved must be true or false")
     if not isinstance(files, dict) or not all(
@@ -364,8 +384,11 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
         raise ValueError(msg)
 
 
+_KINDS = ("nodes", "memory", "memory-bytes", "external")
+
+
 def _check_files(snap: Path, files: Mapping[str, str]) -> None:
-    allowed = {INDEX_FILE, RECORDS_FILE, NODES_FILE}
+    allowed = {*SAVED_FILES, *NODE_FILES, LEGACY_RECORDS_FILE, LEGACY_NODES_FILE}
     for name, digest in files.items():
         lexical = _LEXICAL_FILE.match(name) is not None
         if name not in allowed and not lexical:
@@ -424,7 +447,9 @@ BATCH = 1000
 
 
 def docstore_kind(store: BaseStore[str, Document]) -> str:
-    """``memory`` / ``memory-bytes`` (copied into a save) or ``external`` (not copied)."""
+    """``nodes`` / ``memory`` / ``memory-bytes`` (copied into a save) or ``external``."""
+    if type(store) is NodeStore:
+        return "nodes"
     if type(store) is InMemoryStore:
         return "memory"
     if isinstance(store, DocumentCodecStore) and type(store.byte_store) is InMemoryByteStore:
@@ -432,21 +457,14 @@ def docstore_kind(store: BaseStore[str, Document]) -> str:
     return "external"
 
 
-def write_nodes(store: BaseStore[str, Document], file: Path) -> int:
-    """Copy every key and document; a codec store's bytes are copied as they are."""
-    count = 0
-    raw_store = store.byte_store if isinstance(store, DocumentCodecStore) else None
-    with file.open("wb") as out:
-        for batch in batches(store.yield_keys()):
-            values: list[Any] = (raw_store or store).mget(batch)
-            for key, value in zip(batch, values, strict=True):
-                if value is None:
-                    continue
-                if not isinstance(value, bytes) or not value.isascii() or b"\n" in value:
-                    value = encode_document(decode_document(value, key) if raw_store else value)
-                out.write(json.dumps(key).encode("ascii") + b"\t" + value + b"\n")
-                count += 1
-    return count
+def write_nodes(store: BaseStore[str, Document], directory: Path) -> tuple[list[str], int]:
+    """Write a docstore's documents as node columns; the file names and the document count.
+
+    A :class:`NodeStore` writes its columns as they are; any other store is
+    read through ``mget`` into one first.
+    """
+    columns = store if isinstance(store, NodeStore) else copy_into(store)
+    return columns.write(directory)
 
 
 def batches(keys: Iterator[str]) -> Iterator[list[str]]:
@@ -462,40 +480,63 @@ def batches(keys: Iterator[str]) -> Iterator[list[str]]:
 
 
 def restore_docstore(
-    file: Path,
-    info: dict[str, Any],
+    snap: Path,
+    meta: dict[str, Any],
     docstore: BaseStore[str, Document] | None,
     byte_store: BaseStore[str, bytes] | None,
 ) -> dict[str, Any]:
-    """The store to load into (given, or a new in-memory one), filled from ``file``.
+    """The store to load into (given, or a new in-memory one), filled from the snapshot.
 
     Returns the retriever field to set: ``{"docstore": ...}`` or ``{"byte_store": ...}``.
+    A store in memory (the default) is the snapshot's :class:`NodeStore` itself,
+    opened from its columns; a store passed in is filled document by document.
     """
+    info = meta["docstore"]
     if docstore is not None and byte_store is not None:
         msg = "Pass docstore= or byte_store= to load(), not both."
         raise ValueError(msg)
+    if docstore is None and byte_store is None and not info["saved"]:
+        msg = (
+            f"This save did not copy its docstore (a {info.get('class')!r}, which keeps "
+            "its own data); pass it again: load(path, embedding, byte_store=...) or "
+            "docstore=...."
+        )
+        raise ValueError(msg)
+    if not info["saved"]:
+        return {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
+    if meta["format_version"] == 1:
+        nodes = NodeStore()
+        _fill(nodes, ((key, doc) for key, _, doc in read_nodes(snap / LEGACY_NODES_FILE)))
+    else:
+        nodes = NodeStore.read(snap)
     if docstore is None and byte_store is None:
-        if not info["saved"]:
-            msg = (
-                f"This save did not copy its docstore (a {info.get('class')!r}, which keeps "
-                "its own data); pass it again: load(path, embedding, byte_store=...) or "
-                "docstore=...."
-            )
-            raise ValueError(msg)
-        if info["kind"] == "memory-bytes":
-            byte_store = InMemoryByteStore()
-        else:
-            docstore = InMemoryStore()
-    sink: BaseStore[str, Any] = byte_store if byte_store is not None else docstore  # type: ignore[assignment]
-    if info["saved"]:
-        pairs: list[tuple[str, Any]] = []
-        for key, raw, doc in read_nodes(file):
-            pairs.append((key, raw if byte_store is not None else doc))
-            if len(pairs) == BATCH:
-                sink.mset(pairs)
-                pairs = []
-        sink.mset(pairs)
-    return {"docstore": docstore} if docstore is not None else {"byte_store": byte_store}
+        if info["kind"] != "memory-bytes":
+            return {"docstore": nodes}
+        byte_store = InMemoryByteStore()
+    if byte_store is not None:
+        pairs = ((key, encode_document(doc)) for key, doc in _documents(nodes))
+        _fill(byte_store, pairs)
+        return {"byte_store": byte_store}
+    assert docstore is not None
+    _fill(docstore, _documents(nodes))
+    return {"docstore": docstore}
+
+
+def _documents(nodes: NodeStore) -> Iterator[tuple[str, Document]]:
+    for batch in batches(nodes.yield_keys()):
+        for key, doc in zip(batch, nodes.mget(batch), strict=True):
+            if doc is not None:
+                yield key, doc
+
+
+def _fill(sink: BaseStore[str, Any], pairs: Iterator[tuple[str, Any]]) -> None:
+    batch: list[tuple[str, Any]] = []
+    for pair in pairs:
+        batch.append(pair)
+        if len(batch) == BATCH:
+            sink.mset(batch)
+            batch = []
+    sink.mset(batch)
 
 
 def read_nodes(file: Path) -> Iterator[tuple[str, bytes, Document]]:

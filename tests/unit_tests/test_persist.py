@@ -30,6 +30,8 @@ from langchain_s2b import (
 )
 from langchain_s2b.core.splitters import paragraph_splitter, section_splitter, size_splitter
 from langchain_s2b.store import persist
+from langchain_s2b.store.codec import encode_document
+from langchain_s2b.store.node_store import NodeStore
 
 DIM = 32
 REPO = Path(__file__).resolve().parents[2]
@@ -155,7 +157,7 @@ class TestStores:
         store = LocalFileStore(tmp_path / "nodes")
         r = build(byte_store=store)
         r.save(tmp_path / "idx")
-        assert not (snapshot(tmp_path / "idx") / "nodes.txt").exists()
+        assert not (snapshot(tmp_path / "idx") / "nodes.npz").exists()
         with pytest.raises(ValueError, match="did not copy its docstore"):
             SmallToBigRetriever.load(tmp_path / "idx", emb())
         loaded = SmallToBigRetriever.load(tmp_path / "idx", emb(), byte_store=store)
@@ -185,9 +187,9 @@ class TestRefusals:
 
     def test_format_version_mismatch(self, tmp_path: Path) -> None:
         build().save(tmp_path / "idx")
-        edit_config(snapshot(tmp_path / "idx"), lambda m: m.update(format_version=2))
+        edit_config(snapshot(tmp_path / "idx"), lambda m: m.update(format_version=3))
         with pytest.raises(
-            ValueError, match="format version 2; this langchain_s2b reads version 1"
+            ValueError, match=r"format version 3; this langchain_s2b reads versions \[1, 2\]"
         ):
             SmallToBigRetriever.load(tmp_path / "idx", emb())
 
@@ -250,34 +252,44 @@ def _faiss_bytes(dim: int, rows: list[int]) -> bytes:
     return bytes(faiss.serialize_index(index))
 
 
-def _records(snap: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (snap / "children.jsonl").read_text().splitlines()]
+def _npz(snap: Path, name: str) -> dict[str, np.ndarray]:
+    with np.load(snap / name) as arrays:
+        return {key: arrays[key] for key in arrays.files}
 
 
-def _write_records(snap: Path, rows: list[dict[str, Any]]) -> None:
-    (snap / "children.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+def _edit_npz(snap: Path, name: str, change: Callable[[dict[str, np.ndarray]], Any]) -> None:
+    arrays = _npz(snap, name)
+    change(arrays)
+    np.savez(snap / name, **arrays)
 
 
-def _set(rows: list[dict[str, Any]], i: int, **change: Any) -> list[dict[str, Any]]:
-    rows[i] = {**rows[i], **change}
-    return rows
+def _rows(snap: Path) -> list[int]:
+    return [int(r) for r in _npz(snap, "records.npz")["rows"]]
+
+
+def _edit_header(snap: Path, **change: Any) -> None:
+    header = json.loads((snap / "children.json").read_text())
+    (snap / "children.json").write_text(json.dumps({**header, **change}))
 
 
 CRAFTED: dict[str, Callable[[Path, Path], Any]] = {
     "pickle as faiss": lambda snap, m: (snap / "children.faiss").write_bytes(_evil(m)),
     "pickle as config": lambda snap, m: (snap / "s2b.json").write_bytes(_evil(m)),
-    "pickle as records": lambda snap, m: (snap / "children.jsonl").write_bytes(_evil(m)),
-    "pickle as nodes": lambda snap, m: (snap / "nodes.txt").write_bytes(_evil(m)),
+    "pickle as records": lambda snap, m: (snap / "records.npz").write_bytes(_evil(m)),
+    "pickle as nodes": lambda snap, m: (snap / "nodes.npz").write_bytes(_evil(m)),
     "pickle as pointer": lambda snap, m: (snap.parent / "CURRENT").write_bytes(_evil(m)),
     "pointer escapes": lambda snap, m: (snap.parent / "CURRENT").write_text("../../etc\n"),
+    "object array in records": lambda snap, m: _edit_npz(
+        snap, "records.npz", lambda a: a.update(rows=np.asarray([{"x": 1}] * len(a["rows"])))
+    ),
     "faiss of wrong dimension": lambda snap, m: (snap / "children.faiss").write_bytes(
-        _faiss_bytes(8, [r["row"] for r in _records(snap)[1:]])
+        _faiss_bytes(8, _rows(snap))
     ),
     "faiss of another type": lambda snap, m: (snap / "children.faiss").write_bytes(
         bytes(faiss.serialize_index(faiss.IndexFlatIP(DIM)))
     ),
     "faiss with other ids": lambda snap, m: (snap / "children.faiss").write_bytes(
-        _faiss_bytes(DIM, [r["row"] + 1000 for r in _records(snap)[1:]])
+        _faiss_bytes(DIM, [r + 1000 for r in _rows(snap)])
     ),
     "dim is a string": lambda snap, m: edit_config(snap, lambda c: c["embedding"].update(dim="32")),
     "levels not a list": lambda snap, m: edit_config(snap, lambda c: c.update(levels="child")),
@@ -294,11 +306,93 @@ CRAFTED: dict[str, Callable[[Path, Path], Any]] = {
     "unexpected file listed": lambda snap, m: edit_config(
         snap, lambda c: c["files"].update({"../../x": "0"})
     ),
-    "record row a string": lambda snap, m: _write_records(snap, _set(_records(snap), 1, row="x")),
-    "record meta a list": lambda snap, m: _write_records(snap, _set(_records(snap), 1, meta=[])),
-    "record count off": lambda snap, m: _write_records(snap, _records(snap)[:-1]),
-    "duplicate record key": lambda snap, m: _write_records(
-        snap, _set(_records(snap), 2, key=_records(snap)[1]["key"])
+    "record row a string": lambda snap, m: _edit_npz(
+        snap, "records.npz", lambda a: a.update(rows=np.asarray(["x"] * len(a["rows"])))
+    ),
+    "record row past next": lambda snap, m: _edit_header(snap, next=0),
+    "record shape not pairs": lambda snap, m: (snap / "records.shapes.jsonl").write_text(
+        '{"a": 1}\n'
+    ),
+    "record count off": lambda snap, m: _edit_header(snap, count=len(_rows(snap)) + 1),
+    "duplicate record key": lambda snap, m: _edit_npz(
+        snap, "records.npz", lambda a: a["split"].__setitem__(1, a["split"][0])
+    ),
+    "record text cut short": lambda snap, m: (snap / "records.utf8").write_bytes(
+        (snap / "records.utf8").read_bytes()[:-1]
+    ),
+    "node value not a document": lambda snap, m: (snap / "nodes.other.jsonl").write_text(
+        '"a/child/0"\t{"v": 1, "page_content": 5, "metadata": {}}\n'
+    ),
+    "node line without a key": lambda snap, m: (snap / "nodes.other.jsonl").write_text(
+        '{"key": "a/child/0", "doc": {}}\n'
+    ),
+    "node span outside its text": lambda snap, m: _edit_npz(
+        snap, "nodes.npz", lambda a: a["bend"].__setitem__(0, 10**9)
+    ),
+    "node names a missing shape": lambda snap, m: _edit_npz(
+        snap, "nodes.npz", lambda a: a["shape"].__setitem__(0, 10**6)
+    ),
+    "node twice": lambda snap, m: _edit_npz(
+        snap, "nodes.npz", lambda a: a["split"].__setitem__(1, a["split"][0])
+    ),
+}
+
+
+def save_v1(r: SmallToBigRetriever, path: Path) -> Path:
+    """A save of format version 1, as langchain_s2b wrote it before columns (one JSON per line)."""
+    r.save(path)
+    snap = snapshot(path)
+    meta = json.loads((snap / "s2b.json").read_text())
+    for name in [n for n in meta["files"] if n != "children.faiss" and "/" not in n]:
+        (snap / name).unlink()
+        del meta["files"][name]
+    index = r.vectorstore
+    assert isinstance(index, FaissIndex)
+    header = {
+        "format": "langchain_s2b.faiss.v1", "dim": index.dim, "factory": index.index_factory,
+        "next": index._next_id, "count": len(index), "staged": False, "search_params": None,
+        "train_size": None,
+    }  # fmt: skip
+    keys = sorted(index.keys())
+    lines = [header] + [
+        {"row": index._ids[d.id], "key": d.id, "text": d.page_content, "meta": d.metadata}
+        for d in index.get_by_ids(keys)
+    ]
+    (snap / "children.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with (snap / "nodes.txt").open("wb") as out:
+        for key in r.docstore.yield_keys():
+            (doc,) = r.docstore.mget([key])
+            assert doc is not None
+            out.write(json.dumps(key).encode() + b"\t" + encode_document(doc) + b"\n")
+    meta["files"].update({"children.jsonl": "", "nodes.txt": ""})
+    meta["format_version"] = 1
+    meta["docstore"]["kind"] = "memory"
+    (snap / "s2b.json").write_text(json.dumps(meta))
+    reseal(snap)
+    return snap
+
+
+def _v1_records(snap: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (snap / "children.jsonl").read_text().splitlines()]
+
+
+def _v1_write(snap: Path, rows: list[dict[str, Any]]) -> None:
+    (snap / "children.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _set(rows: list[dict[str, Any]], i: int, **change: Any) -> list[dict[str, Any]]:
+    rows[i] = {**rows[i], **change}
+    return rows
+
+
+CRAFTED_V1: dict[str, Callable[[Path, Path], Any]] = {
+    "pickle as records": lambda snap, m: (snap / "children.jsonl").write_bytes(_evil(m)),
+    "pickle as nodes": lambda snap, m: (snap / "nodes.txt").write_bytes(_evil(m)),
+    "record row a string": lambda snap, m: _v1_write(snap, _set(_v1_records(snap), 1, row="x")),
+    "record meta a list": lambda snap, m: _v1_write(snap, _set(_v1_records(snap), 1, meta=[])),
+    "record count off": lambda snap, m: _v1_write(snap, _v1_records(snap)[:-1]),
+    "duplicate record key": lambda snap, m: _v1_write(
+        snap, _set(_v1_records(snap), 2, key=_v1_records(snap)[1]["key"])
     ),
     "node value not a document": lambda snap, m: (snap / "nodes.txt").write_text(
         '"a/child/0"\t{"v": 1, "page_content": 5, "metadata": {}}\n'
@@ -307,6 +401,33 @@ CRAFTED: dict[str, Callable[[Path, Path], Any]] = {
         '{"key": "a/child/0", "doc": {}}\n'
     ),
 }
+
+
+class TestFormatVersion1:
+    def test_a_version_1_save_is_read_and_saved_again_as_version_2(self, tmp_path: Path) -> None:
+        r = build()
+        save_v1(r, tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert answers(loaded) == answers(r)
+        assert isinstance(loaded.docstore, NodeStore)
+        assert loaded.verify().ok
+        loaded.save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        assert json.loads((snap / "s2b.json").read_text())["format_version"] == 2
+        assert not (snap / "children.jsonl").exists()
+        assert answers(SmallToBigRetriever.load(tmp_path / "idx", emb())) == answers(r)
+
+    @pytest.mark.parametrize("attack", sorted(CRAFTED_V1))
+    def test_crafted_version_1_file_is_a_clear_error(self, tmp_path: Path, attack: str) -> None:
+        marker = tmp_path / "pwned"
+        snap = save_v1(build(), tmp_path / "idx")
+        CRAFTED_V1[attack](snap, marker)
+        reseal(snap)
+        with pytest.raises(ValueError) as err:
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert str(err.value)
+        assert "Traceback" not in str(err.value)
+        assert not marker.exists()
 
 
 class TestCraftedFiles:
@@ -328,7 +449,7 @@ class TestCraftedFiles:
     def test_tampered_file_fails_its_checksum(self, tmp_path: Path) -> None:
         build().save(tmp_path / "idx")
         snap = snapshot(tmp_path / "idx")
-        with (snap / "children.jsonl").open("a") as fh:
+        with (snap / "records.utf8").open("a") as fh:
             fh.write("\n")
         with pytest.raises(ValueError, match="does not match its checksum"):
             SmallToBigRetriever.load(tmp_path / "idx", emb())

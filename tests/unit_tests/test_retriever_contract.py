@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from langchain_core.documents import Document
 from langchain_core.runnables import ConfigurableField
-from langchain_core.stores import InMemoryByteStore, InMemoryStore
+from langchain_core.stores import InMemoryByteStore
 
 from langchain_s2b import FaissIndex, SentenceWindowExpander, SmallToBigRetriever
 from langchain_s2b.store import lexical_index
+from langchain_s2b.store.node_store import NodeStore
 
 from ._embeddings import ExactWords
 
@@ -174,4 +175,4 @@ class TestExpanderAfterUpdates:
         (window,) = expander.invoke([leaf])
         assert window.page_content == "Two beta. Three gamma. Four delta. "
         assert window.metadata["missing_split_ids"] == []
-        assert isinstance(r.docstore, InMemoryStore)
+        assert isinstance(r.docstore, NodeStore)

@@ -11,6 +11,7 @@ from langchain_core.stores import BaseStore, InMemoryByteStore
 from langchain_tests.integration_tests import BaseStoreAsyncTests, BaseStoreSyncTests
 
 from langchain_s2b import DocumentCodecStore
+from langchain_s2b.store.node_store import NodeStore
 
 FILE_PREFIX = (
     "LocalFileStore.yield_keys(prefix=) treats the prefix as a directory, not a string "
@@ -22,6 +23,26 @@ VALUES = (
     Document("bar \u05e9\u05dc\u05d5\u05dd \x00 \ud800", metadata={}, id=None),
     Document("", metadata={"nested": {"x": [1.5, None, True]}}, id="k/doc/0"),
 )
+
+
+class TestNodeStoreSync(BaseStoreSyncTests[Document]):
+    @pytest.fixture
+    def kv_store(self) -> NodeStore:
+        return NodeStore()
+
+    @pytest.fixture
+    def three_values(self) -> tuple[Document, Document, Document]:
+        return VALUES
+
+
+class TestNodeStoreAsync(BaseStoreAsyncTests[Document]):
+    @pytest.fixture
+    async def kv_store(self) -> NodeStore:
+        return NodeStore()
+
+    @pytest.fixture
+    def three_values(self) -> tuple[Document, Document, Document]:
+        return VALUES
 
 
 class TestCodecOverMemorySync(BaseStoreSyncTests[Document]):

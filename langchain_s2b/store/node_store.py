@@ -1,0 +1,452 @@
+"""NodeStore: the default docstore, nodes kept as spans over their source's text.
+
+Every node of the span tree is a slice of its source's text, and its metadata
+repeats its source's and its parent's. Kept as ``Document`` objects that is the
+text once per level and ~1 KB of Python objects per node; here a source's text
+is held once, as UTF-8 (a Python ``str`` of text with one character past
+Latin-1 takes 2 or 4 bytes a character), and a node is a few numbers in numpy
+columns per ``(source, level)``: its span in characters and in bytes, and a
+shared metadata shape (:class:`~langchain_s2b.store.columns.Shapes`). A
+``Document`` is made only when :meth:`NodeStore.mget` asks for it, equal to
+the one stored.
+
+What does not fit is kept as given: manifests, a node whose ``id`` is not its
+key, metadata JSON could not give back equal, a ``Document`` subclass. A node
+whose text is not the slice ``[start, end)`` of its source keeps its own text.
+
+:meth:`NodeStore.write` and :meth:`NodeStore.read` save and open the columns
+as they are (numpy arrays, one UTF-8 text file, JSON lines): nothing is
+parsed or built per node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from langchain_core.stores import BaseStore
+
+from langchain_s2b.core.tree import DOC_LEVEL
+from langchain_s2b.store.codec import check_document, decode_document, encode_document
+from langchain_s2b.store.columns import Column, Shapes, utf8_block
+
+ARRAYS_FILE = "nodes.npz"
+TEXT_FILE = "nodes.utf8"
+SHAPES_FILE = "nodes.shapes.jsonl"
+NAMES_FILE = "nodes.names.json"
+OTHER_FILE = "nodes.other.jsonl"
+FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, NAMES_FILE, OTHER_FILE)
+_ABSENT = -1
+_NODE_KEY = re.compile(r"^([^/]+)/([a-z][a-z0-9_]*)/(0|[1-9][0-9]*)$")
+_COLUMNS = ("shape", "start", "end", "bstart", "bend")
+
+
+def encode(text: str) -> bytes:
+    """UTF-8 bytes of any Python string (lone surrogates kept)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def decode(data: bytes | memoryview) -> str:
+    """The string :func:`encode` made."""
+    return str(data, "utf-8", "surrogatepass")
+
+
+def byte_offsets(text: str) -> np.ndarray | None:
+    """The UTF-8 byte offset of every character position of ``text`` (``None``: ASCII, equal)."""
+    if text.isascii():
+        return None
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    sizes = 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000)
+    offsets = np.zeros(len(points) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
+
+
+class _Level:
+    """The nodes of one level of one source, by split id."""
+
+    __slots__ = ("bend", "bstart", "end", "own", "shape", "start")
+
+    def __init__(self) -> None:
+        self.shape = Column(np.int32, _ABSENT)
+        self.start = Column(np.int64)
+        self.end = Column(np.int64)
+        self.bstart = Column(np.int64)
+        self.bend = Column(np.int64)
+        self.own: dict[int, str] = {}
+        """Split id -> the node's own text, when it is not the slice of its source."""
+
+    def ensure(self, size: int) -> None:
+        if size > self.shape.size:
+            for name in _COLUMNS:
+                getattr(self, name).ensure(size)
+
+    def present(self) -> np.ndarray:
+        return np.flatnonzero(self.shape.used != _ABSENT)
+
+
+class _Batch:
+    """One ``mset``'s view of its sources' texts: as ``str`` and their byte offsets."""
+
+    def __init__(self, store: NodeStore) -> None:
+        self.store = store
+        self.texts: dict[str, str | None] = {}
+        self.offsets: dict[str, np.ndarray | None] = {}
+
+    def text(self, source: str) -> str | None:
+        if source not in self.texts:
+            data = self.store._texts.get(source)
+            self.texts[source] = None if data is None else decode(data)
+        return self.texts[source]
+
+    def offset(self, source: str, text: str, position: int) -> int:
+        if source not in self.offsets:
+            self.offsets[source] = byte_offsets(text)
+        found = self.offsets[source]
+        return position if found is None else int(found[position])
+
+
+class NodeStore(BaseStore[str, Document]):
+    """A ``BaseStore[str, Document]`` in memory that keeps nodes as spans (module docstring)."""
+
+    def __init__(self) -> None:
+        self.shapes = Shapes()
+        self._texts: dict[str, bytes] = {}
+        """Source (generation) key -> its text as UTF-8, while any of its nodes is held."""
+        self._levels: dict[tuple[str, str], _Level] = {}
+        self._held: dict[str, int] = {}
+        """Source key -> how many of its nodes are held as spans."""
+        self._other: dict[str, Document | bytes] = {}
+        """Everything kept as given (manifests and what does not fit); read from a file:
+        its JSON, decoded when asked for."""
+
+    def __len__(self) -> int:
+        return len(self._other) + sum(self._held.values())
+
+    # BaseStore --------------------------------------------------------------------
+
+    def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
+        """Store documents (the last pair of a key wins)."""
+        pairs = list(dict(key_value_pairs).items())
+        batch = _Batch(self)
+        for key, doc in pairs:  # the sources' texts first: a batch holds its doc nodes
+            match = _NODE_KEY.match(key)
+            if match and match[2] == DOC_LEVEL and match[3] == "0" and type(doc) is Document:
+                self._set_text(match[1], doc.page_content, batch)
+        touched: set[str] = set()
+        for key, doc in pairs:
+            self._drop(key, touched)
+            if not self._put_node(key, doc, batch):
+                self._other[key] = doc
+        self._sweep(touched)
+
+    def _set_text(self, source: str, text: str, batch: _Batch) -> None:
+        old = self._texts.get(source)
+        data = encode(text)
+        if old is not None and old != data:  # its spans keep the text they have
+            for (held, _), level in self._levels.items():
+                if held == source:
+                    for split in level.present().tolist():
+                        if split not in level.own:
+                            level.own[split] = decode(
+                                old[level.bstart.data[split] : level.bend.data[split]]
+                            )
+        self._texts[source] = data
+        batch.texts[source] = text
+        batch.offsets.pop(source, None)
+
+    def _put_node(self, key: str, doc: Document, batch: _Batch) -> bool:
+        match = _NODE_KEY.match(key)
+        if match is None or type(doc) is not Document or doc.id != key:
+            return False
+        coded = self.shapes.encode(doc.metadata)
+        if coded is None or coded[1] != int(match[3]):
+            return False
+        shape, split, start, end = coded
+        source, level_name = match[1], match[2]
+        text = batch.text(source)
+        own = (
+            text is None
+            or not 0 <= start <= end <= len(text)
+            or text[start:end] != doc.page_content
+        )
+        level = self._levels.get((source, level_name))
+        if level is None:
+            level = self._levels[(source, level_name)] = _Level()
+        if split >= level.shape.size:
+            level.ensure(max(split + 1, 2 * level.shape.size))
+        level.shape.data[split] = shape
+        level.start.data[split] = start
+        level.end.data[split] = end
+        if own:
+            level.own[split] = doc.page_content
+        else:
+            assert text is not None
+            level.bstart.data[split] = batch.offset(source, text, start)
+            level.bend.data[split] = batch.offset(source, text, end)
+        self._held[source] = self._held.get(source, 0) + 1
+        return True
+
+    def _drop(self, key: str, touched: set[str]) -> None:
+        if self._other.pop(key, None) is not None:
+            return
+        match = _NODE_KEY.match(key)
+        if match is None:
+            return
+        source, level_name, split = match[1], match[2], int(match[3])
+        level = self._levels.get((source, level_name))
+        if level is None or split >= level.shape.size or level.shape.data[split] == _ABSENT:
+            return
+        level.shape.data[split] = _ABSENT
+        level.own.pop(split, None)
+        self._held[source] -= 1
+        touched.add(source)
+
+    def _sweep(self, sources: set[str]) -> None:
+        """Forget the text and columns of sources none of whose nodes is held any more."""
+        for source in sources:
+            if self._held.get(source, 0):
+                continue
+            self._held.pop(source, None)
+            self._texts.pop(source, None)
+            for name in [name for src, name in self._levels if src == source]:
+                del self._levels[(source, name)]
+
+    def mget(self, keys: Sequence[str]) -> list[Document | None]:
+        """The documents stored under ``keys`` (``None`` for a missing key)."""
+        return [self._get(key) for key in keys]
+
+    def _get(self, key: str) -> Document | None:
+        found = self._other.get(key)
+        if found is not None:
+            return decode_document(found, key) if isinstance(found, bytes) else found
+        match = _NODE_KEY.match(key)
+        if match is None:
+            return None
+        level = self._levels.get((match[1], match[2]))
+        split = int(match[3])
+        if level is None or split >= level.shape.size:
+            return None
+        shape = int(level.shape.data[split])
+        if shape == _ABSENT:
+            return None
+        text = level.own.get(split)
+        if text is None:
+            data = self._texts[match[1]]
+            text = decode(data[level.bstart.data[split] : level.bend.data[split]])
+        meta = self.shapes.decode(
+            shape, split, int(level.start.data[split]), int(level.end.data[split])
+        )
+        return Document(page_content=text, metadata=meta, id=key)
+
+    def mdelete(self, keys: Sequence[str]) -> None:
+        """Delete keys (unknown keys are ignored)."""
+        touched: set[str] = set()
+        for key in keys:
+            self._drop(key, touched)
+        self._sweep(touched)
+
+    def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
+        """Every key (or those starting with ``prefix``)."""
+        keys = list(self._other)
+        for (source, name), level in list(self._levels.items()):
+            keys.extend(f"{source}/{name}/{split}" for split in level.present().tolist())
+        for key in keys:
+            if prefix is None or key.startswith(prefix):
+                yield key
+
+    # Files --------------------------------------------------------------------------
+
+    def write(self, directory: Path) -> tuple[list[str], int]:
+        """Write every node into ``directory``; the names written and the number of documents."""
+        sources = sorted({source for source, _ in self._levels} | set(self._texts))
+        source_index = {s: i for i, s in enumerate(sources)}
+        names = sorted({name for _, name in self._levels})
+        name_index = {n: i for i, n in enumerate(names)}
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("source", "level", "split", "own")}
+        parts |= {k: [] for k in _COLUMNS}
+        owns: list[str] = []
+        for (source, name), level in sorted(self._levels.items()):
+            splits = level.present()
+            if not len(splits):
+                continue
+            parts["source"].append(np.full(len(splits), source_index[source], dtype=np.int32))
+            parts["level"].append(np.full(len(splits), name_index[name], dtype=np.int32))
+            parts["split"].append(splits)
+            for column in _COLUMNS:
+                parts[column].append(getattr(level, column).data[splits])
+            own = np.asarray([s in level.own for s in splits.tolist()], dtype=np.bool_)
+            parts["own"].append(own)
+            owns.extend(level.own[s] for s in splits[own].tolist())
+        arrays = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+        block, offsets = utf8_block(owns)
+        arrays["text_bytes"] = np.asarray(
+            [len(self._texts[s]) if s in self._texts else -1 for s in sources], dtype=np.int64
+        )
+        arrays["own_offsets"] = offsets
+        np.savez(directory / ARRAYS_FILE, **arrays)  # type: ignore[arg-type]
+        with (directory / TEXT_FILE).open("wb") as out:
+            for source in sources:
+                out.write(self._texts.get(source, b""))
+            out.write(block)
+        with (directory / SHAPES_FILE).open("w", encoding="ascii") as out:
+            out.writelines(text + "\n" for text in self.shapes.texts)
+        names_json = json.dumps({"sources": sources, "levels": names})
+        (directory / NAMES_FILE).write_text(names_json + "\n", encoding="ascii")
+        with (directory / OTHER_FILE).open("wb") as out:
+            for key, doc in self._other.items():
+                raw = doc if isinstance(doc, bytes) else encode_document(doc)
+                out.write(json.dumps(key).encode("ascii") + b"\t" + raw + b"\n")
+        return list(FILES), len(self)
+
+    @classmethod
+    def read(cls, directory: Path) -> NodeStore:
+        """A store filled from :meth:`write`'s files; ``ValueError`` naming what is wrong."""
+        where = directory / ARRAYS_FILE
+        try:
+            with np.load(where, allow_pickle=False) as arrays:
+                cols = {name: arrays[name] for name in arrays.files}
+            raw = (directory / TEXT_FILE).read_bytes()
+            shapes = (directory / SHAPES_FILE).read_text(encoding="ascii").split("\n")[:-1]
+            names = json.loads((directory / NAMES_FILE).read_text(encoding="ascii"))
+            other = (directory / OTHER_FILE).read_bytes().splitlines()
+        except FileNotFoundError as err:
+            raise _damaged(Path(err.filename or where), "the file is missing") from None
+        except (OSError, ValueError, KeyError) as err:
+            raise _damaged(where, f"it can not be read ({err})") from None
+        store = cls()
+        store.shapes = Shapes.from_texts(shapes)
+        try:
+            store.shapes.check()
+            store._fill(cols, raw, names)
+            for number, line in enumerate(other, start=1):
+                store._read_other(number, line)
+        except (ValueError, KeyError, IndexError, TypeError) as err:
+            raise _damaged(where, str(err)) from None
+        return store
+
+    def _read_other(self, number: int, line: bytes) -> None:
+        head, tab, raw = line.partition(b"\t")
+        key = json.loads(head) if tab else None
+        if not isinstance(key, str):
+            msg = f"line {number} of {OTHER_FILE}: expected a JSON string key, a tab and a document"
+            raise ValueError(msg)
+        check_document(raw, key)  # a Document is made when asked for
+        self._other[key] = raw
+
+    def _fill(self, cols: dict[str, np.ndarray], raw: bytes, names: Any) -> None:
+        sources, levels = names["sources"], names["levels"]
+        if not all(isinstance(x, str) and x for x in [*sources, *levels]):
+            msg = "source keys and level names must be non-empty strings"
+            raise ValueError(msg)
+        n = len(cols["split"])
+        col = {k: _ints(cols, k, n) for k in ("source", "level", "split", *_COLUMNS)}
+        own = _ints(cols, "own", n).astype(np.bool_)
+        sizes = _ints(cols, "text_bytes", len(sources))
+        own_offsets = _ints(cols, "own_offsets", int(own.sum()) + 1)
+        lengths = np.maximum(sizes, 0)
+        total = int(lengths.sum())
+        if (sizes < -1).any() or total + int(own_offsets[-1]) != len(raw):
+            msg = "the text lengths do not add up to the text file"
+            raise ValueError(msg)
+        bounds = np.zeros(len(sources) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        for i, source in enumerate(sources):
+            if sizes[i] >= 0:
+                self._texts[source] = raw[bounds[i] : bounds[i + 1]]
+        owns = raw[total:]
+        for name, top in (("source", len(sources)), ("level", len(levels))):
+            if n and (col[name].min() < 0 or col[name].max() >= top):
+                msg = f"a node names a {name} that is not there"
+                raise ValueError(msg)
+        if n and (col["shape"].min() < 0 or col["shape"].max() >= len(self.shapes)):
+            msg = "a node names a shape that is not there"
+            raise ValueError(msg)
+        if n and col["split"].min() < 0:
+            msg = "a split id is negative"
+            raise ValueError(msg)
+        group = col["source"] * len(levels) + col["level"]
+        order = np.lexsort((col["split"], group))
+        cuts = np.flatnonzero(np.diff(group[order])) + 1
+        own_at = np.cumsum(own) - 1
+        for members in np.split(order, cuts) if n else []:
+            self._fill_level(members, col, own, own_at, owns, own_offsets, sources, levels)
+        for source in [s for s in self._texts if s not in self._held]:
+            del self._texts[source]
+
+    def _fill_level(
+        self,
+        members: np.ndarray,
+        col: dict[str, np.ndarray],
+        own: np.ndarray,
+        own_at: np.ndarray,
+        owns: bytes,
+        own_offsets: np.ndarray,
+        sources: list[str],
+        levels: list[str],
+    ) -> None:
+        first = int(members[0])
+        source, name = sources[int(col["source"][first])], levels[int(col["level"][first])]
+        splits = col["split"][members]
+        if len(np.unique(splits)) != len(splits):
+            msg = f"a node of {source!r}, level {name!r} is given twice"
+            raise ValueError(msg)
+        spans = members[~own[members]]
+        if len(spans):
+            size = len(self._texts.get(source, b""))
+            bs, be = col["bstart"][spans], col["bend"][spans]
+            cs, ce = col["start"][spans], col["end"][spans]
+            if (
+                source not in self._texts
+                or (bs < 0).any()
+                or (be < bs).any()
+                or int(be.max()) > size
+                or (cs < 0).any()
+                or (ce < cs).any()
+            ):
+                msg = f"a span of {source!r} is outside its text"
+                raise ValueError(msg)
+        level = self._levels[(source, name)] = _Level()
+        level.ensure(int(splits.max()) + 1)
+        for column in _COLUMNS:
+            getattr(level, column).data[splits] = col[column][members]
+        for member in members[own[members]].tolist():
+            j = int(own_at[member])
+            piece = owns[own_offsets[j] : own_offsets[j + 1]]
+            level.own[int(col["split"][member])] = decode(piece)
+        self._held[source] = self._held.get(source, 0) + len(members)
+
+
+def _ints(cols: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:
+    value = cols[name]
+    if value.ndim != 1 or len(value) != n or value.dtype.kind not in "biu":
+        msg = f"column {name!r} has shape {value.shape} of {value.dtype}, expected ({n},) integers"
+        raise ValueError(msg)
+    return value.astype(np.int64, copy=False)
+
+
+def _damaged(file: Path, what: str) -> ValueError:
+    return ValueError(f"{file} is not a langchain_s2b nodes file: {what}.")
+
+
+def copy_into(store: BaseStore[str, Document], batch: int = 1000) -> NodeStore:
+    """A :class:`NodeStore` holding every document of ``store`` (to save another store)."""
+    nodes = NodeStore()
+    keys: list[str] = []
+    for key in store.yield_keys():
+        keys.append(key)
+        if len(keys) == batch:
+            _copy(store, keys, nodes)
+            keys = []
+    _copy(store, keys, nodes)
+    return nodes
+
+
+def _copy(store: BaseStore[str, Document], keys: list[str], nodes: NodeStore) -> None:
+    if keys:
+        nodes.mset([(k, d) for k, d in zip(keys, store.mget(keys), strict=True) if d is not None])

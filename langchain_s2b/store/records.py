@@ -1,0 +1,494 @@
+"""The child index's records (each FAISS row's key, text and metadata) as columns.
+
+A row of :class:`~langchain_s2b.store.faiss_index.FaissIndex` is a leaf: its key,
+its text and its metadata. Held as Python objects that is ~1.5 KB a row beyond
+the text (a dict, its values, a ``Document``, the key maps); here a row is a
+few numbers in numpy arrays:
+
+- the text: UTF-8 in a few ``bytes`` blocks (one per add), a row's block and span;
+- the metadata: a shared shape and three numbers (:class:`~langchain_s2b.store.columns.Shapes`);
+- the key: derived as ``<source_key>/<level>/<split_id>`` from the metadata when
+  it is exactly that (every leaf the retriever writes), found through one small
+  array per ``(source key, level)``; any other key is kept in a dict.
+
+A row's text, metadata and key are made again only when asked for
+(:meth:`Records.record`). :meth:`Records.write` and :meth:`Records.read` save
+them as numpy arrays (``np.savez``, read with ``allow_pickle=False``), a UTF-8
+text file and the shapes as JSON lines: no pickle, nothing parsed per row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from langchain_s2b.store.columns import Column, Shapes, decode_utf8, utf8_block
+
+Record = tuple[str, str, dict[str, Any]]
+"""``(key, text, metadata)`` of one row."""
+ARRAYS_FILE = "records.npz"
+TEXT_FILE = "records.utf8"
+SHAPES_FILE = "records.shapes.jsonl"
+KEYS_FILE = "records.keys.jsonl"
+FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, KEYS_FILE)
+_NO_SHAPE = -1
+"""A row whose metadata is kept whole (``_objects``), not as a shape."""
+_GARBAGE = 0.5
+"""Share of dead text bytes at which the text blocks are rewritten with the live rows only."""
+
+
+class Records:
+    """Rows by id: key, text and metadata as columns; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.shapes = Shapes()
+        self._shape = Column(np.int32, _NO_SHAPE)
+        self._split = Column(np.int64)
+        self._start = Column(np.int64)
+        self._end = Column(np.int64)
+        self._block = Column(np.int32, -1)
+        self._offset = Column(np.int64)
+        self._length = Column(np.int64)
+        self._live = Column(np.bool_, 0)
+        self._blocks: list[bytes] = []
+        self._dead_bytes = 0
+        self._slots: dict[tuple[str, str], Column] = {}
+        """``(source key, level)`` -> row by split id (``-1``: none), for derived keys."""
+        self._levels: dict[str, list[str]] = {}
+        """Source key -> the levels it has slots for."""
+        self._named: dict[str, int] = {}
+        """Key -> row, for keys not derived from the metadata."""
+        self._names: dict[int, str] = {}
+        self._objects: dict[int, dict[str, Any]] = {}
+        """Metadata JSON can not hold exactly, kept whole."""
+        self._unsourced: set[int] = set()
+        """Live rows whose key is not derived and whose metadata names no ``source_key``."""
+        self._sourced: dict[str, set[int]] = {}
+        """Other live rows with a ``source_key`` whose key is not derived, by source key."""
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    # Writing ------------------------------------------------------------------------
+
+    def add(
+        self,
+        rows: Sequence[int],
+        keys: Sequence[str],
+        texts: Sequence[str],
+        metas: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Add new rows (ids not used before; their keys not held)."""
+        if not rows:
+            return
+        top = max(rows) + 1
+        for column in self._columns():
+            column.ensure(top)
+        block, offsets = utf8_block(texts)
+        number = len(self._blocks)
+        self._blocks.append(block)
+        encode = self.shapes.encode
+        shape, split, start, end = (
+            self._shape.data,
+            self._split.data,
+            self._start.data,
+            self._end.data,
+        )
+        for row, key, meta in zip(rows, keys, metas, strict=True):
+            coded = encode(meta)
+            if coded is None:
+                shape[row] = _NO_SHAPE
+                self._objects[row] = dict(meta)
+                self._name(row, key, meta)
+            else:
+                shape[row], split[row], start[row], end[row] = coded
+                if self.shapes.node_key(coded[0], coded[1]) != key:
+                    self._name(row, key, meta)
+                else:
+                    self._slot(meta["source_key"], meta["level"], coded[1], row)
+        index = np.asarray(rows, dtype=np.int64)
+        self._block.data[index] = number
+        self._offset.data[index] = offsets[:-1]
+        self._length.data[index] = np.diff(offsets)
+        self._live.data[index] = True
+        self._count += len(rows)
+
+    def _columns(self) -> tuple[Column, ...]:
+        return (
+            self._shape,
+            self._split,
+            self._start,
+            self._end,
+            self._block,
+            self._offset,
+            self._length,
+            self._live,
+        )
+
+    def _name(self, row: int, key: str, meta: Mapping[str, Any]) -> None:
+        self._named[key] = row
+        self._names[row] = key
+        source = meta.get("source_key")
+        if isinstance(source, str):
+            self._sourced.setdefault(source, set()).add(row)
+        else:
+            self._unsourced.add(row)
+
+    def _slot(self, source: str, level: str, split: int, row: int) -> None:
+        slots = self._slots.get((source, level))
+        if slots is None:
+            slots = self._slots[(source, level)] = Column(np.int64, -1)
+            self._levels.setdefault(source, []).append(level)
+        slots.ensure(split + 1)
+        slots.data[split] = row
+
+    def remove(self, rows: Sequence[int]) -> None:
+        """Remove live rows."""
+        for row in rows:
+            key = self._names.pop(row, None)
+            if key is None:
+                shape = int(self._shape.data[row])
+                source, level = self._source_level(shape)
+                slots = self._slots[(source, level)]
+                slots.data[int(self._split.data[row])] = -1
+                if not (slots.used >= 0).any():
+                    del self._slots[(source, level)]
+                    self._levels[source].remove(level)
+                    if not self._levels[source]:
+                        del self._levels[source]
+            else:
+                del self._named[key]
+                self._forget_named(row)
+            self._objects.pop(row, None)
+            self._dead_bytes += int(self._length.data[row])
+            self._live.data[row] = False
+        self._count -= len(rows)
+        if self._dead_bytes > _GARBAGE * sum(len(b) for b in self._blocks):
+            self._repack()
+
+    def _forget_named(self, row: int) -> None:
+        self._unsourced.discard(row)
+        for source, members in list(self._sourced.items()):
+            if row in members:
+                members.discard(row)
+                if not members:
+                    del self._sourced[source]
+                return
+
+    def _source_level(self, shape: int) -> tuple[str, str]:
+        template = self.shapes.template(shape)[0]
+        return str(template["source_key"]), str(template["level"])
+
+    def _repack(self) -> None:
+        """Rewrite the text blocks with the live rows only."""
+        live = self.live_rows()
+        texts = [self.text(int(row)) for row in live]
+        block, offsets = utf8_block(texts)
+        self._blocks = [block]
+        self._block.data[live] = 0
+        self._offset.data[live] = offsets[:-1]
+        self._dead_bytes = 0
+
+    def clear(self) -> None:
+        """Remove every row."""
+        self.__init__()  # type: ignore[misc]
+
+    # Reading ------------------------------------------------------------------------
+
+    def live_rows(self) -> np.ndarray:
+        """The live row ids, ascending."""
+        return np.flatnonzero(self._live.used).astype(np.int64)
+
+    def is_live(self, row: int) -> bool:
+        """Whether ``row`` is a live row."""
+        return 0 <= row < self._live.size and bool(self._live.data[row])
+
+    def row(self, key: str) -> int:
+        """The row of ``key`` (``-1``: not held)."""
+        found = self._named.get(key)
+        if found is not None:
+            return found
+        source, _, rest = key.partition("/")
+        level, _, split = rest.partition("/")
+        slots = self._slots.get((source, level))
+        if slots is None or not split.isdigit() or str(int(split)) != split:
+            return -1
+        number = int(split)
+        return int(slots.data[number]) if number < slots.size else -1
+
+    def key(self, row: int) -> str | None:
+        """The key of a live row (``None``: not live)."""
+        if not self.is_live(row):
+            return None
+        named = self._names.get(row)
+        if named is not None:
+            return named
+        return self.shapes.node_key(int(self._shape.data[row]), int(self._split.data[row]))
+
+    def text(self, row: int) -> str:
+        """The text of a live row."""
+        start = int(self._offset.data[row])
+        return decode_utf8(
+            self._blocks[int(self._block.data[row])], start, start + int(self._length.data[row])
+        )
+
+    def meta(self, row: int) -> dict[str, Any]:
+        """The metadata of a live row (a new dict)."""
+        shape = int(self._shape.data[row])
+        if shape == _NO_SHAPE:
+            return dict(self._objects[row])
+        return self.shapes.decode(
+            shape, int(self._split.data[row]), int(self._start.data[row]), int(self._end.data[row])
+        )
+
+    def record(self, row: int) -> Record | None:
+        """``(key, text, metadata)`` of a row, ``None`` when it is not live."""
+        key = self.key(row)
+        if key is None:
+            return None
+        return key, self.text(row), self.meta(row)
+
+    def keys(self) -> list[str]:
+        """Every key held."""
+        return [k for k in (self.key(int(r)) for r in self.live_rows()) if k is not None]
+
+    def entries(self) -> Iterator[Record]:
+        """Every live row's record, by row."""
+        for row in self.live_rows().tolist():
+            found = self.record(row)
+            if found is not None:
+                yield found
+
+    def sources(self) -> Iterator[tuple[str, int, np.ndarray]]:
+        """``(source key, one of its rows, all its rows)`` per source key the rows name."""
+        for source, levels in self._levels.items():
+            rows = [self._slots[(source, lv)].used for lv in levels]
+            extra = self._sourced.get(source)
+            if extra:
+                rows.append(np.fromiter(extra, dtype=np.int64))
+            joined = np.concatenate(rows)
+            joined = joined[joined >= 0]
+            if len(joined):
+                yield source, int(joined[0]), joined
+        for source, members in self._sourced.items():
+            if source not in self._levels and members:
+                joined = np.fromiter(members, dtype=np.int64)
+                yield source, int(joined[0]), joined
+
+    def unsourced(self) -> list[int]:
+        """Live rows whose metadata names no ``source_key``."""
+        return sorted(self._unsourced)
+
+    # Files --------------------------------------------------------------------------
+
+    def write(self, directory: Path, rows: np.ndarray | None = None) -> list[str]:
+        """Write ``rows`` (default: every live row) into ``directory``; the names written."""
+        rows = self.live_rows() if rows is None else rows
+        shape = self._shape.data[rows]
+        whole = np.flatnonzero(shape == _NO_SHAPE)
+        if len(whole):  # metadata kept whole: written as shapes of their own (JSON)
+            shapes = Shapes.from_texts(self.shapes.texts)
+            for i in whole.tolist():
+                shape[i] = _whole_shape(shapes, self._objects[int(rows[i])])
+        else:
+            shapes = self.shapes
+        named = np.asarray([int(r) in self._names for r in rows.tolist()], dtype=np.bool_)
+        lengths = self._length.data[rows]
+        np.savez(
+            directory / ARRAYS_FILE,
+            rows=rows,
+            shape=shape,
+            split=self._split.data[rows],
+            start=self._start.data[rows],
+            end=self._end.data[rows],
+            length=lengths,
+            named=named,
+        )
+        with (directory / TEXT_FILE).open("wb") as out:
+            for row in rows.tolist():
+                start = int(self._offset.data[row])
+                block = self._blocks[int(self._block.data[row])]
+                out.write(memoryview(block)[start : start + int(self._length.data[row])])
+        with (directory / SHAPES_FILE).open("w", encoding="ascii") as out:
+            out.writelines(text + "\n" for text in shapes.texts)
+        with (directory / KEYS_FILE).open("w", encoding="ascii") as out:
+            for row in rows[named].tolist():
+                out.write(json.dumps(self._names[row]) + "\n")
+        return list(FILES)
+
+    @classmethod
+    def read(cls, directory: Path, limit: int) -> Records:
+        """Rows written by :meth:`write`; ``ValueError`` naming what is wrong.
+
+        ``limit``: row ids must be below it (the index's next id).
+        """
+        where = directory / ARRAYS_FILE
+        try:
+            with np.load(where, allow_pickle=False) as arrays:
+                cols = {name: arrays[name] for name in arrays.files}
+            text = (directory / TEXT_FILE).read_bytes()
+            shape_lines = _lines((directory / SHAPES_FILE).read_text(encoding="ascii"))
+            key_lines = _lines((directory / KEYS_FILE).read_text(encoding="ascii"))
+            names = [json.loads(line) for line in key_lines]
+        except FileNotFoundError as err:
+            raise _damaged(Path(err.filename or where), "the file is missing") from None
+        except (OSError, ValueError, KeyError) as err:  # zip, JSON, text errors
+            raise _damaged(where, f"it can not be read ({err})") from None
+        records = cls()
+        records.shapes = Shapes.from_texts(shape_lines)
+        try:
+            records.shapes.check()
+            records._fill(cols, text, names, limit)
+        except (ValueError, KeyError, IndexError, TypeError) as err:
+            raise _damaged(where, str(err)) from None
+        return records
+
+    def _fill(self, cols: dict[str, np.ndarray], text: bytes, names: list[Any], limit: int) -> None:
+        rows = _column(cols, "rows", np.int64)
+        n = len(rows)
+        arrays = {name: _column(cols, name, np.int64, n) for name in ("shape", "split")}
+        arrays |= {name: _column(cols, name, np.int64, n) for name in ("start", "end", "length")}
+        named = _column(cols, "named", np.bool_, n)
+        if n and (rows.min() < 0 or rows.max() >= limit or len(np.unique(rows)) != n):
+            msg = f"row ids must be distinct and in [0, {limit})"
+            raise ValueError(msg)
+        lengths = arrays["length"]
+        if (lengths < 0).any() or int(lengths.sum()) != len(text):
+            msg = "the text lengths do not add up to the text file"
+            raise ValueError(msg)
+        shapes = arrays["shape"]
+        if n and (shapes.min() < 0 or shapes.max() >= len(self.shapes)):
+            msg = "a row names a shape that is not there"
+            raise ValueError(msg)
+        if int(named.sum()) != len(names) or not all(isinstance(k, str) and k for k in names):
+            msg = "the keys file does not match the rows"
+            raise ValueError(msg)
+        size = int(rows.max()) + 1 if n else 0
+        for column in self._columns():
+            column.ensure(size)
+        self._shape.data[rows] = shapes
+        self._split.data[rows] = arrays["split"]
+        self._start.data[rows] = arrays["start"]
+        self._end.data[rows] = arrays["end"]
+        self._block.data[rows] = 0
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        self._offset.data[rows] = offsets[:-1]
+        self._length.data[rows] = lengths
+        self._live.data[rows] = True
+        self._blocks = [text]
+        self._count = n
+        self._index_keys(rows, shapes, named, names)
+
+    def _index_keys(
+        self, rows: np.ndarray, shapes: np.ndarray, named: np.ndarray, names: list[str]
+    ) -> None:
+        """The key maps: named keys one by one, derived ones as arrays per source and level."""
+        for row, key in zip(rows[named].tolist(), names, strict=True):
+            if key in self._named:
+                msg = f"the key {key!r} is given twice"
+                raise ValueError(msg)
+            tail = self.record_meta_source(row)
+            self._name(row, key, {"source_key": tail} if tail is not None else {})
+        derived = ~named
+        d_rows, d_shapes, d_split = rows[derived], shapes[derived], self._split.data[rows[derived]]
+        for shape in np.unique(d_shapes).tolist():
+            template, varying, keyed = self.shapes.template(shape)
+            if not keyed or "split_id" not in varying:
+                msg = f"rows of shape {shape} have no derived key and no key of their own"
+                raise ValueError(msg)
+            mine = d_shapes == shape
+            source, level = str(template["source_key"]), str(template["level"])
+            splits, members = d_split[mine], d_rows[mine]
+            if len(splits) and splits.min() < 0:
+                msg = "a split id is negative"
+                raise ValueError(msg)
+            slots = self._slots.get((source, level))
+            if slots is None:
+                slots = self._slots[(source, level)] = Column(np.int64, -1)
+                self._levels.setdefault(source, []).append(level)
+            slots.ensure(int(splits.max()) + 1)
+            if (slots.data[splits] >= 0).any() or len(np.unique(splits)) != len(splits):
+                msg = f"a key of source {source!r}, level {level!r} is given twice"
+                raise ValueError(msg)
+            slots.data[splits] = members
+        for key in self._named:
+            if self.row_derived(key) >= 0:
+                msg = f"the key {key!r} is given twice"
+                raise ValueError(msg)
+
+    def record_meta_source(self, row: int) -> str | None:
+        """The ``source_key`` a row's metadata names, if any (for grouping)."""
+        source = self.meta(row).get("source_key")
+        return source if isinstance(source, str) else None
+
+    def row_derived(self, key: str) -> int:
+        """The row of ``key`` among the derived keys only (``-1``: none)."""
+        source, _, rest = key.partition("/")
+        level, _, split = rest.partition("/")
+        slots = self._slots.get((source, level))
+        if slots is None or not split.isdigit() or str(int(split)) != split:
+            return -1
+        number = int(split)
+        return int(slots.data[number]) if number < slots.size else -1
+
+
+class RowsByKey(Mapping[str, int]):
+    """A read-only ``key -> row`` view of :class:`Records` (the live rows)."""
+
+    def __init__(self, records: Records) -> None:
+        self._records = records
+
+    def __getitem__(self, key: str) -> int:
+        row = self._records.row(key)
+        if row < 0:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._records.row(key) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records.keys())
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+def _whole_shape(shapes: Shapes, meta: dict[str, Any]) -> int:
+    """A shape holding ``meta`` whole (numbers included), for saving; ``ValueError`` if not JSON."""
+    try:
+        text = json.dumps([[k, v] for k, v in meta.items()], allow_nan=False)
+    except (TypeError, ValueError) as err:
+        msg = (
+            f"Child metadata must be JSON (str, int, finite float, bool, None, lists and dicts "
+            f"of them) to be saved; {err}. Metadata keys: {sorted(map(str, meta))}."
+        )
+        raise ValueError(msg) from None
+    shapes.texts.append(text)
+    return len(shapes.texts) - 1
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of a file of newline-terminated lines."""
+    return text.split("\n")[:-1] if text else []
+
+
+def _column(cols: dict[str, np.ndarray], name: str, dtype: Any, n: int | None = None) -> np.ndarray:
+    value = cols[name]
+    if value.ndim != 1 or (n is not None and len(value) != n):
+        msg = f"column {name!r} has shape {value.shape}, expected ({n},)"
+        raise ValueError(msg)
+    if value.dtype.kind not in "biu":
+        msg = f"column {name!r} holds {value.dtype}, not integers"
+        raise ValueError(msg)
+    return value.astype(dtype, copy=False)
+
+
+def _damaged(file: Path, what: str) -> ValueError:
+    return ValueError(f"{file} is not a langchain_s2b child index file: {what}.")

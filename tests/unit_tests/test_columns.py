@@ -1,0 +1,286 @@
+"""Columns instead of objects: shapes, the child index's records, the node store.
+
+Every stored value must come back equal (text, metadata with its key order,
+key), through writes, deletes and a round trip through files, for any text
+(non-ASCII, lone surrogates) and any metadata JSON can hold; what JSON can not
+give back equal is kept whole and still comes back equal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.store.columns import Shapes
+from langchain_s2b.store.node_store import NodeStore, byte_offsets
+from langchain_s2b.store.records import Records
+
+TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from("é—\U0001f600\ud800"), max_size=12)
+SCALAR = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+JSONISH = st.recursive(
+    SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3)
+)
+ODD = st.tuples(st.integers()) | st.dictionaries(st.integers(), st.integers(), min_size=1)
+"""Values JSON would not give back equal (a tuple, a non-string key)."""
+NAMES = st.sampled_from(["split_id", "start", "end", "split_idx_start", "level", "title", "n"])
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal, with the keys in the same order, and every value of the same type."""
+    return a == b and list(a) == list(b) and _types(a) == _types(b)
+
+
+def _types(value: Any) -> Any:
+    if isinstance(value, dict):
+        return [(k, _types(v)) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return (type(value), [_types(v) for v in value])
+    return type(value)
+
+
+class TestShapes:
+    @given(st.lists(st.dictionaries(NAMES, SCALAR | JSONISH | ODD, max_size=6), max_size=8))
+    def test_every_metadata_comes_back_equal_or_is_refused(self, metas: list[dict[str, Any]]):
+        shapes = Shapes()
+        for meta in metas:
+            coded = shapes.encode(meta)
+            if coded is None:
+                continue
+            assert _same(shapes.decode(*coded), meta)
+
+    def test_siblings_share_one_shape_and_keep_their_numbers(self):
+        ancestors = [["a/doc/0", 0, 90, 3]]
+        shapes = Shapes()
+        metas = [
+            {"title": "T", "source_key": "a", "level": "sentence", "split_id": i, "start": 30 * i,
+             "end": 30 * i + 30, "split_idx_start": 30 * i, "ancestors": ancestors}
+            for i in range(3)
+        ]  # fmt: skip
+        coded = [shapes.encode(m) for m in metas]
+        assert [c[0] for c in coded if c] == [0, 0, 0]
+        assert [shapes.decode(*c) for c in coded if c] == metas
+        assert shapes.node_key(0, 2) == "a/sentence/2"
+
+    def test_an_equal_but_other_typed_value_is_another_shape(self):
+        shapes = Shapes()
+        first = shapes.encode({"v": [1], "start": 0})
+        second = shapes.encode({"v": [1.0], "start": 1})
+        assert first is not None
+        assert second is not None
+        assert first[0] != second[0]
+        assert _same(shapes.decode(*second), {"v": [1.0], "start": 1})
+
+    def test_a_split_idx_start_other_than_start_is_kept(self):
+        shapes = Shapes()
+        meta = {"start": 4, "split_idx_start": 9, "end": 7}
+        coded = shapes.encode(meta)
+        assert coded is not None
+        assert _same(shapes.decode(*coded), meta)
+        sibling = {"start": 5, "split_idx_start": 9, "end": 8}
+        coded = shapes.encode(sibling)
+        assert coded is not None
+        assert _same(shapes.decode(*coded), sibling)
+
+
+ROW = st.tuples(
+    st.sampled_from(["a", "b.g1", "c"]),
+    st.integers(0, 6),
+    TEXT,
+    st.dictionaries(st.sampled_from(["title", "n"]), JSONISH | ODD, max_size=2),
+    st.booleans(),
+)
+"""``(source, split, text, user metadata, derived key)`` of one row."""
+
+
+def _row(source: str, split: int, meta: dict[str, Any], derived: bool) -> tuple[str, dict]:
+    full = {**meta, "source_key": source, "level": "sentence", "split_id": split,
+            "start": 2 * split, "end": 2 * split + 1, "split_idx_start": 2 * split}  # fmt: skip
+    key = f"{source}/sentence/{split}" if derived else f"other:{source}:{split}"
+    return key, full
+
+
+class TestRecords:
+    @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(rows=st.lists(ROW, max_size=12), data=st.data())
+    def test_writes_deletes_and_files_give_every_row_back(
+        self, rows: list[Any], data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        records, model = Records(), {}
+        next_row = 0
+        for source, split, text, meta, derived in rows:
+            key, full = _row(source, split, meta, derived)
+            if records.row(key) >= 0:
+                old = records.row(key)
+                records.remove([old])
+                del model[old]
+            records.add([next_row], [key], [text], [full])
+            model[next_row] = (key, text, full)
+            next_row += 1
+        gone = data.draw(st.lists(st.sampled_from(sorted(model) or [0]), unique=True))
+        gone = [r for r in gone if r in model]
+        records.remove(gone)
+        for row in gone:
+            del model[row]
+        self._check(records, model)
+        where = tmp_path_factory.mktemp("records")
+        records.write(where)
+        self._check(Records.read(where, next_row), model, read_back=True)
+
+    @staticmethod
+    def _check(records: Records, model: dict[int, Any], *, read_back: bool = False) -> None:
+        assert len(records) == len(model)
+        assert sorted(records.keys()) == sorted(k for k, _, _ in model.values())
+        for row, (key, text, meta) in model.items():
+            got = records.record(row)
+            assert got is not None
+            assert got[:2] == (key, text)
+            if read_back:  # what JSON can not hold comes back as JSON gives it
+                assert got[2] == _json(meta)
+            else:
+                assert _same(got[2], meta)
+            assert records.row(key) == row
+
+    def test_a_file_naming_rows_past_the_next_id_is_refused(self, tmp_path: Path) -> None:
+        records = Records()
+        records.add([0, 1], ["a/s/0", "a/s/1"], ["x", "y"], [{}, {}])
+        records.write(tmp_path)
+        with pytest.raises(ValueError, match="row ids must be distinct and in"):
+            Records.read(tmp_path, 1)
+
+
+def _json(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+class TestByteOffsets:
+    @given(TEXT)
+    def test_offsets_are_utf8_lengths(self, text: str) -> None:
+        offsets = byte_offsets(text)
+        expected = [len(text[:i].encode("utf-8", "surrogatepass")) for i in range(len(text) + 1)]
+        assert (offsets is None and text.isascii()) or list(offsets) == expected  # type: ignore[arg-type]
+
+
+SOURCE_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from("é—\U0001f600"), max_size=30)
+
+
+@st.composite
+def node_batches(draw: st.DrawFn) -> list[tuple[str, Document]]:
+    """A source's doc node and some slices of it (some wrong), a manifest, a foreign value."""
+    source = draw(st.sampled_from(["s", "t.g2"]))
+    text = draw(SOURCE_TEXT)
+    user = draw(st.dictionaries(st.sampled_from(["title", "n"]), JSONISH | ODD, max_size=2))
+    pairs: list[tuple[str, Document]] = []
+    if draw(st.booleans()):
+        meta = {**user, "source_key": source, "level": "doc", "split_id": 0, "start": 0,
+                "end": len(text)}  # fmt: skip
+        pairs.append(
+            (f"{source}/doc/0", Document(page_content=text, metadata=meta, id=f"{source}/doc/0"))
+        )
+    for split in draw(st.lists(st.integers(0, 5), max_size=4, unique=True)):
+        start = draw(st.integers(0, len(text)))
+        end = draw(st.integers(start, len(text)))
+        body = text[start:end] if draw(st.booleans()) else draw(TEXT)
+        key = f"{source}/sentence/{split}"
+        meta = {**user, "level": "sentence", "split_id": split, "start": start, "end": end,
+                "split_idx_start": start}  # fmt: skip
+        pairs.append((key, Document(page_content=body, metadata=meta, id=key)))
+    pairs.append((f"{source}/manifest", Document("", metadata={"v": 1}, id=f"{source}/manifest")))
+    pairs.append(("elsewhere", Document(draw(TEXT), metadata={"x": draw(JSONISH)})))
+    return pairs
+
+
+class TestNodeStore:
+    @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(batches=st.lists(node_batches(), min_size=1, max_size=4), data=st.data())
+    def test_what_is_stored_comes_back_equal(
+        self, batches: list[Any], data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        store, model = NodeStore(), {}
+        for pairs in batches:
+            store.mset(pairs)
+            model.update(pairs)
+            if model and data.draw(st.booleans()):
+                gone = data.draw(st.lists(st.sampled_from(sorted(model)), unique=True))
+                store.mdelete(gone)
+                for key in gone:
+                    del model[key]
+        self._check(store, model)
+        where = tmp_path_factory.mktemp("nodes")
+        store.write(where)
+        again = NodeStore.read(where)
+        self._check(again, {k: _as_json(d) for k, d in model.items()})
+
+    @staticmethod
+    def _check(store: NodeStore, model: dict[str, Document]) -> None:
+        assert sorted(store.yield_keys()) == sorted(model)
+        assert len(store) == len(model)
+        for key, doc in model.items():
+            (got,) = store.mget([key])
+            assert got == doc, key
+            assert list(got.metadata) == list(doc.metadata)  # type: ignore[union-attr]
+
+    def test_a_changed_source_text_keeps_its_old_slices(self) -> None:
+        store = NodeStore()
+        doc = Document("héllo wörld", metadata={"start": 0, "end": 11}, id="s/doc/0")
+        leaf = Document("wörld", metadata={"start": 6, "end": 11}, id="s/sentence/1")
+        store.mset([("s/doc/0", doc), ("s/sentence/1", leaf)])
+        store.mset([("s/doc/0", Document("other", metadata={"start": 0, "end": 5}, id="s/doc/0"))])
+        assert store.mget(["s/sentence/1"]) == [leaf]
+
+
+def _as_json(doc: Document) -> Document:
+    return Document(page_content=doc.page_content, metadata=_json(doc.metadata), id=doc.id)
+
+
+class TestOpeningBuildsNothing:
+    def test_load_makes_no_document_and_indexes_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_s2b.store import lexical_index, node_store, persist
+
+        docs = [Document(f"Part {i}. Walrus {i} swims. The end {i}.", id=f"d{i}") for i in range(5)]
+        r = SmallToBigRetriever.from_documents(
+            docs, DeterministicFakeEmbedding(size=16), mode="window"
+        )
+        r.save(tmp_path / "idx")
+        made: list[Any] = []
+        indexed: list[Any] = []
+        real = Document.__init__
+
+        def count(self: Document, *args: Any, **kwargs: Any) -> None:
+            made.append(kwargs.get("id"))
+            real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Document, "__init__", count)
+        monkeypatch.setattr(lexical_index, "_add", lambda *a, **k: indexed.append(a))
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", DeterministicFakeEmbedding(size=16))
+        assert made == []
+        assert indexed == []
+        assert isinstance(loaded.docstore, NodeStore)
+        assert persist.current_snapshot(tmp_path / "idx").is_dir()
+        assert node_store.FILES
+        store = loaded.vectorstore
+        assert isinstance(store, FaissIndex)
+        monkeypatch.undo()
+        assert loaded.invoke("walrus 3") == r.invoke("walrus 3")
+        assert sorted(store.keys()) == sorted(r.vectorstore.keys())  # type: ignore[attr-defined]
+        assert np.array_equal(
+            np.sort(np.asarray(list(store._ids.values()))),
+            np.sort(np.asarray(list(r.vectorstore._ids.values()))),  # type: ignore[attr-defined]
+        )
