@@ -9,6 +9,7 @@ printed; :func:`one_line` also folds line breaks, for headers and errors.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 _ESCAPES = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor, clear screen
@@ -51,3 +52,12 @@ def safe_json(text: str) -> str:
     inside strings, so escaping them leaves every value as it was.
     """
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def damaged_store(directory: Path, what: str) -> UserError:
+    """A damaged store as one line that names it and the repair."""
+    msg = (
+        f"the index in {directory} is damaged ({what}); "
+        f"run: s2b verify --repair --store {directory}"
+    )
+    return UserError(msg)

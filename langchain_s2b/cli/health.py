@@ -26,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import faiss
+import numpy as np
+
 from langchain_s2b.cli import indexer
 from langchain_s2b.cli.index_dir import DB_FILE, Store, initialise, replace_database
 from langchain_s2b.cli.loaders import Found
@@ -36,6 +39,7 @@ from langchain_s2b.core.keys import (
     source_key_of,
 )
 from langchain_s2b.core.verify import VerifyReport
+from langchain_s2b.store.faiss_index import normalise
 from langchain_s2b.store.sqlite import (
     Damage,
     Database,
@@ -60,6 +64,8 @@ class Health:
     """Indexed files one of whose documents is gone (removed, with ``repair``)."""
     unowned: list[str] = field(default_factory=list)
     """Documents no indexed file holds."""
+    index_file: bool = False
+    """The FAISS index file of the last commit does not hold the database's vectors."""
 
     @property
     def ok(self) -> bool:
@@ -68,7 +74,7 @@ class Health:
             self.damage.ok
             and self.report is not None
             and self.report.ok
-            and not (self.bad_files or self.lost or self.unowned)
+            and not (self.bad_files or self.lost or self.unowned or self.index_file)
         )
 
 
@@ -83,19 +89,55 @@ def check(store: Store, *, repair: bool) -> tuple[Health, dict[str, int] | None]
 
 
 def _check(store: Store, *, repair: bool) -> Health:
-    health = Health(find_damage(store.db, store.docstore), bad_files=store.damaged_files())
+    damage = find_damage(store.db, store.docstore)
+    health = Health(damage, bad_files=store.damaged_files())
+    bad = set(damage.children) | set(damage.unreadable)
+    if not store.restore():  # read from its file: it must hold what the database holds
+        health.index_file = not index_matches(store, bad, set(damage.vectors))
     if repair:
-        mend(store.db, health.damage)
+        mend(store.db, damage)
         for path in health.bad_files:
             store.drop_file(path)
-    store.restore()
+        if health.index_file or bad or damage.vectors:  # FAISS as the mended database holds
+            store.index.build()
     health.report = store.retriever.verify(repair=repair, digests=True)
+    health.report.lexical_missing = [k for k in health.report.lexical_missing if k not in bad]
     health.lost, health.unowned = _files_without_sources(store)
     if repair:
         for path in health.lost:
             store.drop_file(path)
         store.retriever.delete(health.unowned)
     return health
+
+
+def index_matches(store: Store, bad_keys: set[str], bad_vectors: set[int]) -> bool:
+    """Whether FAISS holds exactly the database's leaves, each with its stored vector.
+
+    Leaves and vectors found damaged already (``bad_keys``, ``bad_vectors``) are
+    not compared: repairing them builds FAISS again.
+    """
+    faiss_index = store.index._index
+    pairs = store.db.conn.execute("SELECT row, key FROM children ORDER BY row").fetchall()
+    rows = [int(row) for row, _ in pairs]
+    skip = {int(row) for row, key in pairs if key in bad_keys}
+    if faiss_index is None:
+        return not rows
+    held = {int(r) for r in faiss.vector_to_array(faiss_index.id_map)}
+    if held - set(rows) or set(rows) - held - skip:
+        return False
+    sql = "SELECT c.row, c.vec, v.vec FROM children c JOIN vectors v ON v.id = c.vec ORDER BY c.row"
+    cursor = store.db.conn.execute(sql)
+    while found := cursor.fetchmany(10_000):
+        batch = [
+            (r, v) for r, i, v in found if r not in skip and i not in bad_vectors and r in held
+        ]
+        if not batch:
+            continue
+        ids = np.asarray([row for row, _ in batch], dtype=np.int64)
+        stored = normalise(np.stack([np.frombuffer(vec, np.float32) for _, vec in batch]))
+        if not np.allclose(faiss_index.reconstruct_batch(ids), stored, atol=1e-6):
+            return False
+    return True
 
 
 def _files_without_sources(store: Store) -> tuple[list[str], list[str]]:

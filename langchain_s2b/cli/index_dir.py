@@ -1,76 +1,69 @@
-"""The command line's on-disk index: one SQLite database, its writer lock, open and create.
+"""The command line's open store: its database, retriever, embedding cache and FAISS index.
 
-.. code-block:: text
+The folder, its files and its lock are :mod:`.folder`'s (light: ``s2b list``
+uses it alone). Opening the store to search it costs what the search needs
+and no more: the settings, then, in the snapshot the command reads, the FAISS
+index file of that state (memory-mapped by a command that only reads: no copy,
+pages read as a search touches them). Nothing is built from the leaves on
+open. A store whose last commit has no FAISS file yet (the run that committed
+was interrupted, an older s2b wrote it) gets one built from its vectors once,
+by the first command that opens it.
 
-    DIR/s2b.sqlite   nodes, manifests, child vectors, indexed files, settings
-    DIR/s2b.lock     held by the one run that writes (index, delete, verify --repair)
-
-Writers take an inter-process lock (``filelock``) for their whole run, so two
-runs never interleave; a second writer waits (or, with ``--no-wait``, says in
-one line that the store is in use). Readers take no lock: they read one SQLite
-snapshot (WAL), so they see the store as it was before or after a writer's
-commit, never half of one. See :mod:`langchain_s2b.store.sqlite` for how nodes,
-manifests and the child index commit together.
+A store made before its leaves had row numbers (schema 2) is brought up to
+date by the first command that writes to it (``s2b index``, ``delete``,
+``verify --repair``), in one transaction; a command that only reads refuses
+it in one line that says so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
-import os
-import shutil
 import sqlite3
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
 
 from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli import models
 from langchain_s2b.cli.errors import UserError
-from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.sqlite import (
-    CachedEmbeddings,
-    Database,
-    SQLiteDocStore,
-    SQLiteFaissIndex,
-    dangling_children,
+from langchain_s2b.cli.folder import (
+    DB_FILE,
+    LOCK_FILE,
+    FileRow,
+    connect,
+    counts,
+    damaged_files,
+    dangling_chunks,
+    drop_file,
+    files,
+    initialise,
+    open_database,
+    put_file,
+    replace_database,
+    size,
+    store_error,
+    writer_lock,
 )
+from langchain_s2b.cli.folder import _check_directory as check_directory
+from langchain_s2b.cli.options import INDEX_MODE, PARENT_LEVEL, PARENT_LEVELS
+from langchain_s2b.retriever import SmallToBigRetriever
+from langchain_s2b.store.database import SCHEMA_VERSION, Database, upgrade
+from langchain_s2b.store.sqlite import CachedEmbeddings, SQLiteDocStore, SQLiteFaissIndex
 
-DB_FILE = "s2b.sqlite"
-LOCK_FILE = "s2b.lock"
-FORMAT = "s2b-cli"
-FORMAT_VERSION = "2"
-INDEX_MODE = "multilevel"
-"""The tree the CLI builds: sentences < paragraphs < sections < document."""
-PARENT_LEVELS = ("paragraph", "section", "doc")
-PARENT_LEVEL = "section"
-"""Parent mode returns sections: about the size of the Python API's default parents (~1,200
-tokens), where the tree's nearest parent, a paragraph, is often one line of a real document."""
-OLD_LAYOUT = "s2b-cli.json"
-
-_FILES_TABLE = """
-CREATE TABLE IF NOT EXISTS files (
-    path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
-    sha256 TEXT NOT NULL, sources TEXT NOT NULL, chunks INTEGER NOT NULL
-) WITHOUT ROWID
-"""
-
-
-@dataclass(frozen=True)
-class FileRow:
-    """An indexed file: how it looked when indexed, and the sources it gave."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    sha256: str
-    sources: list[str]
-    chunks: int
+__all__ = [
+    "DB_FILE",
+    "INDEX_MODE",
+    "LOCK_FILE",
+    "PARENT_LEVEL",
+    "PARENT_LEVELS",
+    "FileRow",
+    "Store",
+    "initialise",
+    "open_or_create",
+    "open_store",
+    "replace_database",
+    "store_error",
+    "writer_lock",
+]
 
 
 class Store:
@@ -81,11 +74,9 @@ class Store:
         db: its open database.
         spec: the store's embedding (a normalised ``provider:model``).
         embedding: that model, already made (else it is made here).
-        search: whether this run searches. A writer that never searches
-            (``index``, ``delete``) opens without the in-memory BM25 index,
-            which is not stored: a search run builds it from FAISS when it
-            first needs it, and a writer's copy would only be thrown away
-            (filled with every leaf of the store at its first write).
+        search: whether this run searches (its retriever is hybrid: the
+            lexical index is the database's FTS5 table). A writer writes the
+            lexical index all the same: it is part of every leaf's write.
     """
 
     def __init__(
@@ -102,8 +93,8 @@ class Store:
         self.spec = spec
         model = models.make_embedding(spec) if embedding is None else embedding
         self.cache = CachedEmbeddings(model, db)
-        self.index = SQLiteFaissIndex(self.cache)
         self.docstore = SQLiteDocStore(db)
+        self.index = SQLiteFaissIndex(self.cache, self.docstore)
         self.retriever = SmallToBigRetriever(
             vectorstore=self.index,
             docstore=self.docstore,
@@ -112,199 +103,61 @@ class Store:
             hybrid=search,
         )
 
-    def restore(self) -> None:
-        """Fill the in-memory FAISS index from the database (one snapshot)."""
+    def restore(self, *, read_only: bool = False) -> bool:
+        """FAISS for the last commit: its file, else built and written; whether it was built.
+
+        ``read_only``: the file is memory-mapped (the command writes nothing).
+        """
         with self.db.read():
-            self.index.restore(self.docstore)
+            return self.index.open(self.directory, mapped=read_only)
+
+    def save_index(self) -> None:
+        """After a writer's last commit: the FAISS file of the state it leaves."""
+        with self.db.read(), contextlib.suppress(OSError):
+            self.index.write_file(self.directory)
+
+    def upgrade(self) -> bool:
+        """Bring a store of an older schema up to date (call under the writer lock)."""
+        if self.db.schema() >= SCHEMA_VERSION:
+            return False
+        with self.db.write():
+            upgrade(self.db)
+            self.index.lexical_index.rebuild_lexical(self.docstore)
+        return True
 
     # Indexed files ------------------------------------------------------------------
 
     def files(self) -> dict[str, FileRow]:
         """Every indexed file by path (a row whose bytes are damaged is left out)."""
-        rows = self.db.conn.execute("SELECT * FROM files ORDER BY path").fetchall()
-        found = {}
-        for r in rows:
-            row = _file_row(r)
-            if row is not None:
-                found[row.path] = row
-        return found
+        return files(self.db)
 
     def damaged_files(self) -> list[str]:
         """Paths of ``files`` rows whose bytes are damaged."""
-        rows = self.db.conn.execute("SELECT * FROM files ORDER BY path").fetchall()
-        return [str(r[0]) for r in rows if _file_row(r) is None]
+        return damaged_files(self.db)
 
     def counts(self) -> dict[str, int]:
         """Files, documents (distinct, over the files), chunks and vectors in the store."""
-        rows = self.files()
-        conn = self.db.conn
-        return {
-            "files": len(rows),
-            "documents": len({s for row in rows.values() for s in row.sources}),
-            "chunks": int(conn.execute("SELECT count(*) FROM children").fetchone()[0]),
-            "vectors": int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0]),
-        }
+        return counts(self.db)
 
     def dangling_chunks(self) -> int:
         """Chunks whose vector row is gone (damage a cheap query can see)."""
-        return dangling_children(self.db)
+        return dangling_chunks(self.db)
 
     def size(self) -> int:
-        """Bytes the store takes on disk (the database, its write-ahead log, the lock)."""
-        names = (DB_FILE, f"{DB_FILE}-wal", LOCK_FILE)
-        return sum(
-            (self.directory / n).stat().st_size for n in names if (self.directory / n).exists()
-        )
+        """Bytes the store takes on disk."""
+        return size(self.directory)
 
     def put_file(self, row: FileRow) -> None:
         """Record an indexed file (inside the caller's transaction)."""
-        self.db.conn.execute(
-            "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)",
-            (row.path, row.size, row.mtime_ns, row.sha256, json.dumps(row.sources), row.chunks),
-        )
+        put_file(self.db, row)
 
     def drop_file(self, path: str) -> None:
         """Forget an indexed file (inside the caller's transaction)."""
-        self.db.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+        drop_file(self.db, path)
 
     def close(self) -> None:
         """Close the database."""
         self.db.close()
-
-
-def _file_row(r: tuple[Any, ...]) -> FileRow | None:
-    """A ``files`` row, or ``None`` when its bytes no longer decode to one."""
-    try:
-        path, size, mtime_ns, sha256, sources, chunks = r
-        listed = json.loads(sources)
-    except (ValueError, TypeError):
-        return None
-    fields_ok = (
-        isinstance(path, str)
-        and isinstance(size, int)
-        and isinstance(mtime_ns, int)
-        and isinstance(sha256, str)
-        and isinstance(listed, list)
-        and all(isinstance(x, str) for x in listed)
-        and isinstance(chunks, int)
-    )
-    return FileRow(path, size, mtime_ns, sha256, listed, chunks) if fields_ok else None
-
-
-def _db_path(directory: Path) -> Path:
-    return directory / DB_FILE
-
-
-def _check_directory(directory: Path, *, creating: bool) -> None:
-    if directory.exists() and not directory.is_dir():
-        msg = f"--store {directory} exists and is not a directory"
-        raise UserError(msg)
-    if (directory / OLD_LAYOUT).exists() and not _db_path(directory).exists():
-        msg = (
-            f"--store {directory} was made by an older s2b (index/ and parents/); "
-            "index your files into a new --store"
-        )
-        raise UserError(msg)
-    if not creating:
-        if not directory.is_dir():
-            msg = f"no index at --store {directory} (run: s2b index PATH... --store {directory})"
-            raise UserError(msg)
-        if not _db_path(directory).exists():
-            msg = f"{directory} is not an s2b index (no {DB_FILE}); run s2b index first"
-            raise UserError(msg)
-        return
-    if directory.is_dir() and not _db_path(directory).exists():
-        extra = [p.name for p in directory.iterdir() if p.name != LOCK_FILE]
-        if extra:
-            msg = f"--store {directory} is a non-empty directory that is not an s2b index"
-            raise UserError(msg)
-
-
-def _connect(directory: Path) -> Database:
-    try:
-        return Database(_db_path(directory))
-    except sqlite3.Error as err:
-        raise UserError(store_error(err, directory, opening=True)) from None
-
-
-def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool = False) -> str:
-    """One line for a database error: a full disk, a damaged file, or what SQLite said.
-
-    ``opening``: the error came while opening the store and reading its settings.
-    """
-    where = _db_path(directory)
-    kind = _error_kind(err)
-    if kind == "full" or (kind == "io" and _disk_is_full(directory)):
-        return (
-            f"the disk holding {directory} is full: nothing of the write that failed was kept; "
-            "free some space and run the command again"
-        )
-    if kind == "io":
-        return f"cannot read or write {where} ({err}); check the disk"
-    if kind == "notadb" or (kind is None and opening):
-        return f"{where} is not an s2b index database ({err})"
-    if kind == "corrupt":
-        return (
-            f"the database file {where} is damaged ({err}); run: s2b verify --repair --store "
-            f"{directory} (it indexes the files again into a new database file)"
-        )
-    return f"{where}: {err}"
-
-
-_KINDS = {13: "full", 10: "io", 26: "notadb", 11: "corrupt"}
-"""SQLite's result codes (``sqlite3.SQLITE_FULL``... from Python 3.11) and what they mean here."""
-_MESSAGES = {
-    "database or disk is full": "full",
-    "disk i/o error": "io",
-    "file is not a database": "notadb",
-    "database disk image is malformed": "corrupt",
-}
-
-
-def _error_kind(err: sqlite3.Error | OSError) -> str | None:
-    if isinstance(err, OSError):
-        return "full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
-    code = getattr(err, "sqlite_errorcode", None)  # Python 3.11+; extended codes: low byte
-    if isinstance(code, int) and code & 0xFF in _KINDS:
-        return _KINDS[code & 0xFF]
-    text = str(err).lower()
-    return next((kind for message, kind in _MESSAGES.items() if message in text), None)
-
-
-def _disk_is_full(directory: Path) -> bool:
-    """Whether the disk holding ``directory`` has (nearly) no room left."""
-    try:
-        return shutil.disk_usage(directory).free < _ROOM
-    except OSError:
-        return False
-
-
-_ROOM = 1 << 20
-"""Free bytes below which a disk I/O error is taken for a full disk."""
-
-
-def read_settings(db: Database, directory: Path) -> dict[str, str]:
-    """The store's recorded settings; one line naming the problem when they are bad."""
-    where = _db_path(directory)
-    try:
-        if not db.has_tables():
-            msg = f"{where} is empty: the first s2b index run into it has not finished"
-            raise UserError(msg)
-        rows = dict(db.conn.execute("SELECT name, value FROM meta").fetchall())
-    except sqlite3.DatabaseError as err:
-        raise UserError(store_error(err, directory, opening=True)) from None
-    if rows.get("format") != FORMAT or rows.get("format_version") != FORMAT_VERSION:
-        msg = (
-            f"bad configuration in {where}: format {rows.get('format')!r} version "
-            f"{rows.get('format_version')!r}, expected {FORMAT!r} version {FORMAT_VERSION}"
-        )
-        raise UserError(msg)
-    try:
-        models.parse_spec(rows.get("embedding", ""))
-    except UserError:
-        msg = f"bad configuration in {where}: embedding {rows.get('embedding')!r}"
-        raise UserError(msg) from None
-    return rows
 
 
 def open_store(
@@ -319,24 +172,28 @@ def open_store(
 
     ``embedding`` is the store's model when the caller made it already (it is
     then not made a second time); ``search=False``: see :class:`Store`.
-    ``writer``: the caller holds the writer lock (an older store then gets the
-    vector digests that :func:`~langchain_s2b.store.sqlite.find_damage` checks).
+    ``writer``: the caller holds the writer lock (an older store is brought up
+    to date, and gets the vector digests that ``find_damage`` checks); a
+    reader refuses a store of an older schema in one line.
     """
-    _check_directory(directory, creating=False)
-    db = _connect(directory)
-    settings = read_settings(db, directory)
-    recorded = settings["embedding"]
-    if wanted is not None and models.parse_spec(wanted) != models.parse_spec(recorded):
+    db, spec = open_database(directory, wanted)
+    try:
+        old = db.schema() < SCHEMA_VERSION
+    except sqlite3.DatabaseError:
+        old = False  # a damaged file: verify --repair says so
+    if old and not writer:
         db.close()
         msg = (
-            f"{directory} was indexed with embedding {recorded!r}, not "
-            f"{models.parse_spec(wanted)!r}; query it with --embedding {recorded} (or none)"
+            f"the index in {directory} was made by an older s2b; bring it up to date once "
+            f"(nothing is embedded again): s2b verify --repair --store {directory}"
         )
         raise UserError(msg)
+    store = Store(directory, db, spec, embedding=embedding, search=search)
     if writer:
         with contextlib.suppress(sqlite3.DatabaseError):  # a damaged file: verify --repair
             db.add_vector_digests()
-    return Store(directory, db, models.parse_spec(recorded), embedding=embedding, search=search)
+            store.upgrade()
+    return store
 
 
 def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) -> Store:
@@ -345,96 +202,19 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
     The embedding model is made once (a new store: before anything is
     written, so that a model that can not start leaves no store behind).
     """
-    if _db_path(directory).exists():
-        db = _connect(directory)
+    if (directory / DB_FILE).exists():
+        db = connect(directory)
         started = db.has_tables()
         db.close()
         if started:
             return open_store(directory, wanted, search=search, writer=True)
         # else: a first run died before its first commit; start again (we hold the lock)
     else:
-        _check_directory(directory, creating=True)
+        check_directory(directory, creating=True)
     spec = models.parse_spec(wanted or models.DEFAULT)
     model = models.make_embedding(spec)  # fail before anything is written
     directory.mkdir(parents=True, exist_ok=True)
-    db = _connect(directory)
+    db = connect(directory)
     initialise(db, spec)
     db.close()
     return open_store(directory, wanted, embedding=model, search=search, writer=True)
-
-
-def initialise(db: Database, spec: str) -> None:
-    """Tables and settings of a new store, in one transaction: a reader sees both or neither."""
-    with db.write():
-        db.create_tables(_FILES_TABLE)
-        for name, value in (
-            ("format", FORMAT),
-            ("format_version", FORMAT_VERSION),
-            ("embedding", spec),
-            ("tree", INDEX_MODE),
-        ):
-            db.set_meta(name, value)
-
-
-def replace_database(directory: Path, fresh: Path) -> None:
-    """Put the database file ``fresh`` (closed, its log merged) in place of the store's own."""
-    for suffix in ("-wal", "-shm"):
-        Path(f"{_db_path(directory)}{suffix}").unlink(missing_ok=True)
-    os.replace(fresh, _db_path(directory))
-
-
-@contextmanager
-def writer_lock(directory: Path, *, wait: bool, err: TextIO = sys.stderr) -> Iterator[None]:
-    """Hold the store's inter-process writer lock for the ``with`` block."""
-    try:
-        from filelock import FileLock, Timeout
-    except ImportError:
-        msg = 's2b needs filelock to write an index safely: pip install "langchain-s2b[cli]"'
-        raise UserError(msg) from None
-    if not _db_path(directory).exists():
-        _check_directory(directory, creating=True)
-    created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
-    lock: Any = FileLock(str(directory / LOCK_FILE))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if not wait:
-            msg = (
-                f"{directory} is in use by another s2b run that writes to it; "
-                "try again when it ends (or leave out --no-wait to wait)"
-            )
-            raise UserError(msg) from None
-        print(f"s2b: waiting for another s2b run to finish writing {directory} ...", file=err)
-        lock.acquire()
-    try:
-        yield
-    except BaseException:
-        lock.release()
-        if created:
-            _remove_unstarted(directory)
-        raise
-    lock.release()
-
-
-def _remove_unstarted(directory: Path) -> None:
-    """Remove a store folder this run made and left without a started database."""
-    db = _db_path(directory)
-    if db.exists():
-        try:
-            conn = sqlite3.connect(db)
-            try:
-                started = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
-                ).fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            return
-        if started:
-            return
-    names = (LOCK_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm", f"{DB_FILE}-journal")
-    for name in names:
-        (directory / name).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):  # something else is in it: keep it
-        directory.rmdir()

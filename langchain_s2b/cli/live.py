@@ -6,9 +6,10 @@ SQLite read transaction (a WAL snapshot: it never waits for a writer, and sees
 each writer's commit whole or not at all) and first reads the store's
 :func:`commit_stamp` in that snapshot:
 
-- the same stamp as last time: the in-memory index is current, and is used;
-- another stamp: the index is built again from this snapshot (the store's
-  ``restore``), then used; the previous one stays served if that fails;
+- the same stamp as last time: the open index is current, and is used;
+- another stamp: the index of this snapshot is opened (the FAISS file the
+  writer left for that commit, memory-mapped; built from the database only
+  when there is none), then used; the previous one stays served if that fails;
 - the database file was replaced or removed (``rm -r DIR; s2b index ...``):
   the store is opened again, with the one-line errors of ``open_store`` (no
   index there, another embedding model).
@@ -40,18 +41,16 @@ from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.store.sqlite import Database
 
 
-def commit_stamp(db: Database) -> int:
-    """A number that changes whenever another connection commits (call in a read transaction).
+def commit_stamp(db: Database) -> tuple[str, int] | None:
+    """The store's commit counter in the snapshot being read (call in a read transaction).
 
-    SQLite's ``PRAGMA data_version`` on a kept connection: it changes when any
-    other connection, in any process, commits to the database. It is read after
-    a query has started the transaction's snapshot, so it belongs to the state
-    the caller reads. (Every commit counts, including an indexing run's batches
-    of new vectors that no search sees yet: a reader may build its index again
-    when it did not need to, never keep one that is out of date.)
+    ``(database id, counter)``: the counter rises with every commit that
+    changes what a search sees (:mod:`langchain_s2b.store.database`), in that
+    commit; batches of new vectors that an indexing run commits before its
+    files do not count. Read inside the caller's snapshot, it belongs to the
+    state the caller reads.
     """
-    db.conn.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
-    return int(db.conn.execute("PRAGMA data_version").fetchone()[0])
+    return db.stamp()
 
 
 @dataclass(frozen=True)
@@ -90,11 +89,11 @@ class LiveStore:
         self.directory = directory
         self.wanted = wanted
         self.restores = 0
-        """How many times the in-memory index was built (once per commit seen)."""
+        """How many times an index was opened (once per commit seen)."""
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._identity: tuple[int, int] | None = None
-        self._stamp: int | None = None
+        self._stamp: tuple[str, int] | None = None
 
     # Calls --------------------------------------------------------------------------
 
@@ -164,10 +163,10 @@ class LiveStore:
         self._store, self._identity, self._stamp = store, identity, None
         return store
 
-    def _rebuild(self, store: Store, stamp: int) -> Store:
-        """A new in-memory index from the current snapshot; the old one stays if this fails."""
+    def _rebuild(self, store: Store, stamp: tuple[str, int] | None) -> Store:
+        """The index of the current snapshot; the old one stays if this fails."""
         fresh = Store(self.directory, store.db, store.spec, embedding=store.cache.model)
-        fresh.restore()
+        fresh.restore(read_only=True)
         self._store, self._stamp = fresh, stamp
         self.restores += 1
         return fresh

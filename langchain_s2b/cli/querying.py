@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.errors import UserError, damaged_store
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.evaluation.scoring import whitespace_tokens
@@ -68,12 +68,3 @@ def damaged(directory: Path, err: MissingNodeError) -> UserError:
     return damaged_store(
         directory, f"node {found.group(1)!r} is missing" if found else "a node is missing"
     )
-
-
-def damaged_store(directory: Path, what: str) -> UserError:
-    """A damaged store as one line that names it and the repair."""
-    msg = (
-        f"the index in {directory} is damaged ({what}); "
-        f"run: s2b verify --repair --store {directory}"
-    )
-    return UserError(msg)

@@ -49,6 +49,7 @@ from pydantic import BaseModel, Field, ValidationError
 from langchain_s2b.cli import display
 from langchain_s2b.cli.errors import UserError, one_line, safe
 from langchain_s2b.cli.live import Holdings, LiveStore
+from langchain_s2b.cli.options import TOKEN_ENV as TOKEN_ENV
 from langchain_s2b.cli.querying import DEFAULT_K, DEFAULT_MODE, query_options
 from langchain_s2b.core.budget import approximate_tokens, fitting_prefix
 from langchain_s2b.core.filters import check_dict_filter
@@ -62,7 +63,6 @@ DEFAULT_HOST = "127.0.0.1"
 MCP_PATH = "/mcp"
 READ_TOKENS = 2000
 """``read``'s default cap: about 8,000 characters."""
-TOKEN_ENV = "S2B_TOKEN"  # noqa: S105 (the name of a variable, not a secret)
 """The bearer token, when ``--token`` is not given (keeps it out of process listings)."""
 _MAX_ERROR = 400
 

@@ -464,25 +464,24 @@ class FaissIndex(VectorStore):
         caller's reading of it (a hit's fields) is cached until the row is
         deleted (at most ``_PARSED_CACHE`` rows). ``-1`` and deleted rows give ``None``.
         """
-        out: list[Any] = []
         with self._lock:
-            cache, record = self._parsed, self._rows.record
-            for row in rows:
-                found = cache.get(row)
-                if found is None and row >= 0:
-                    got = record(row)
-                    if got is not None:
-                        if len(cache) >= _PARSED_CACHE:
-                            cache.clear()
-                        found = cache[row] = parse(*got)
-                out.append(found)
-        return out
+            cache = self._parsed
+            missing = list(dict.fromkeys(row for row in rows if row >= 0 and row not in cache))
+            made = {
+                row: parse(*got)
+                for row, got in zip(missing, self._rows.records(missing), strict=True)
+                if got is not None
+            }  # one read of the records for all of them
+            if len(cache) + len(made) > _PARSED_CACHE:
+                cache.clear()
+            if len(made) <= _PARSED_CACHE:
+                cache.update(made)
+            return [made[row] if row in made else cache.get(row) for row in rows]
 
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
         """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
         with self._lock:
-            record = self._rows.record
-            return [None if row < 0 else record(row) for row in rows]
+            return self._rows.records(rows)
 
     # The lexical index ------------------------------------------------------------
 
@@ -546,12 +545,7 @@ class FaissIndex(VectorStore):
         with self._lock:
             if self._rows.unsourced():
                 return None
-            meta = self._rows.meta
-            return {
-                source
-                for source, first, _ in self._rows.sources()
-                if matches_filter(meta(first), flt)
-            }
+            return {source for source, meta in self._rows.sources() if matches_filter(meta, flt)}
 
     def matching_rows(self, flt: Filter) -> np.ndarray | None:
         """The rows whose metadata passes a metadata-dict filter (sorted), or ``None``.
@@ -572,13 +566,13 @@ class FaissIndex(VectorStore):
             if cached is not None and cached[0] == self._version:
                 self._filtered.move_to_end(name)
                 return cached[1]
-            meta = self._rows.meta
+            held = self._rows
             chosen: list[np.ndarray] = [
-                members
-                for _, first, members in self._rows.sources()
-                if matches_filter(meta(first), flt)
+                held.source_rows(source)
+                for source, meta in held.sources()
+                if matches_filter(meta, flt)
             ]
-            loose = [row for row in self._rows.unsourced() if matches_filter(meta(row), flt)]
+            loose = [row for row in held.unsourced() if matches_filter(held.meta(row), flt)]
             chosen.append(np.asarray(loose, dtype=np.int64))
             rows = np.sort(np.concatenate(chosen))
             self._filtered[name] = (self._version, rows)

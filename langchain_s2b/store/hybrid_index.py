@@ -8,6 +8,10 @@ index, and knows every leaf the store holds:
   records on first use, then written and removed with every vector under its
   own lock, saved and loaded with it. Every retriever that shares one
   ``FaissIndex`` shares its lexical index.
+- A child store that keeps a lexical index of its own, written in its own
+  transactions, offers it as a :class:`LexicalBackend` (``lexical_backend()``;
+  the command line's SQLite store: FTS5 in the same database). It is searched,
+  listed and rebuilt through that backend, and nothing is built when it opens.
 - Any other child store gets one built from the docstore's leaves when the
   retriever opens (every manifest's leaves), shared by every retriever of this
   process over the same store object, and written with the vectors. A
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
@@ -43,12 +47,41 @@ _SHARED: weakref.WeakKeyDictionary[Any, LexicalIndex] = weakref.WeakKeyDictionar
 """The lexical index of each child store object other than ``FaissIndex``, in this process."""
 
 
-class HybridChildIndex(ChildIndex):
-    """A child index whose leaves are also searchable by BM25, written in one commit."""
+class LexicalBackend(Protocol):
+    """A lexical index that its child store writes itself, in the same commit as the vectors."""
 
-    def __init__(self, vectorstore: VectorStore, docstore: BaseStore[str, Document]) -> None:
+    def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
+        """The ``n`` best leaves by BM25 among those that pass ``flt`` (selected before ranking)."""
+
+    def lexical_keys(self) -> set[str]:
+        """Every leaf key it holds."""
+
+    def rebuild_lexical(self, docstore: BaseStore[str, Document]) -> None:
+        """Write it again from the leaves the child store holds."""
+
+
+class HybridChildIndex(ChildIndex):
+    """A child index whose leaves are also searchable by BM25, written in one commit.
+
+    Args:
+        vectorstore: the child store.
+        docstore: the docstore (the leaves' text, for a store with no lexical index).
+        lexical: the lexical index to use (default: the store's ``lexical_backend()``
+            when it offers one, else ``FaissIndex``'s own, else one built here).
+    """
+
+    def __init__(
+        self,
+        vectorstore: VectorStore,
+        docstore: BaseStore[str, Document],
+        lexical: LexicalBackend | None = None,
+    ) -> None:
         super().__init__(vectorstore)
         self._own: LexicalIndex | None = None
+        offered = getattr(vectorstore, "lexical_backend", None)
+        self.backend = lexical if lexical is not None or not callable(offered) else offered()
+        if self.backend is not None:
+            return
         if self.faiss is None:
             self._own = shared_lexical(vectorstore, docstore)
         else:  # built now (once per index), so that every write reaches it and save keeps it
@@ -56,7 +89,10 @@ class HybridChildIndex(ChildIndex):
 
     @property
     def lexical(self) -> LexicalIndex:
-        """The lexical index of this child store."""
+        """The lexical index of this child store (not one of a backend)."""
+        if self.backend is not None:
+            msg = f"This child index searches {type(self.backend).__name__}, not a LexicalIndex."
+            raise TypeError(msg)
         if self.faiss is not None:
             return self.faiss.lexical()
         assert self._own is not None
@@ -116,6 +152,8 @@ class HybridChildIndex(ChildIndex):
 
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 among those that pass ``flt``."""
+        if self.backend is not None:
+            return self.backend.search_text(query, n, flt)
         if self.faiss is not None:
             return self.faiss.search_text(query, n, flt)
         check_filter(flt)
@@ -129,10 +167,15 @@ class HybridChildIndex(ChildIndex):
 
     def lexical_keys(self) -> set[str]:
         """Every leaf key the lexical index holds (for ``verify``)."""
+        if self.backend is not None:
+            return self.backend.lexical_keys()
         return self.lexical.keys()
 
     def rebuild_lexical(self, docstore: BaseStore[str, Document]) -> None:
         """Build the lexical index again from its source of truth (``verify(repair=True)``)."""
+        if self.backend is not None:
+            self.backend.rebuild_lexical(docstore)
+            return
         if self.faiss is not None:
             self.faiss.rebuild_lexical()
             return

@@ -264,21 +264,31 @@ class Records:
             if found is not None:
                 yield found
 
-    def sources(self) -> Iterator[tuple[str, int, np.ndarray]]:
-        """``(source key, one of its rows, all its rows)`` per source key the rows name."""
-        for source, levels in self._levels.items():
-            rows = [self._slots[(source, lv)].used for lv in levels]
-            extra = self._sourced.get(source)
-            if extra:
-                rows.append(np.fromiter(extra, dtype=np.int64))
-            joined = np.concatenate(rows)
-            joined = joined[joined >= 0]
-            if len(joined):
-                yield source, int(joined[0]), joined
-        for source, members in self._sourced.items():
-            if source not in self._levels and members:
-                joined = np.fromiter(members, dtype=np.int64)
-                yield source, int(joined[0]), joined
+    def records(self, rows: Sequence[int]) -> list[Record | None]:
+        """:meth:`record` of each row (``-1`` gives ``None``)."""
+        return [None if row < 0 else self.record(row) for row in rows]
+
+    def sources(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(source key, the metadata of one of its rows)`` per source key the rows name.
+
+        The leaves of one source share its metadata (a filter on it is
+        evaluated once per source, see ``FaissIndex.matching_rows``).
+        """
+        for source in [*self._levels, *(s for s in self._sourced if s not in self._levels)]:
+            rows = self.source_rows(source)
+            if len(rows):
+                yield source, self.meta(int(rows[0]))
+
+    def source_rows(self, source: str) -> np.ndarray:
+        """The live rows whose metadata names ``source`` as its ``source_key``."""
+        rows = [self._slots[(source, lv)].used for lv in self._levels.get(source, ())]
+        extra = self._sourced.get(source)
+        if extra:
+            rows.append(np.fromiter(extra, dtype=np.int64))
+        if not rows:
+            return np.zeros(0, dtype=np.int64)
+        joined = np.concatenate(rows)
+        return joined[joined >= 0]
 
     def unsourced(self) -> list[int]:
         """Live rows whose metadata names no ``source_key``."""

@@ -36,188 +36,46 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import secrets
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore
 
+from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import is_node_key, node_key, parse_node_key, source_key_of
 from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS
-from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks, vector_digest
 
-SCHEMA_VERSION = 1
-_CHUNK = 500
-"""Keys per ``IN (...)`` query (SQLite's variable limit is far above)."""
+__all__ = [
+    "CachedEmbeddings",
+    "Damage",
+    "Database",
+    "SQLiteDocStore",
+    "SQLiteFaissIndex",
+    "SQLiteRows",
+    "file_damage",
+    "find_damage",
+    "index_file",
+    "mend",
+    "readable_rows",
+    "salvage_vectors",
+    "text_hash",
+    "vector_digest",
+]
+from langchain_s2b.store.faiss_index import FaissIndex, normalise, read_faiss_file
+from langchain_s2b.store.sqlite_lexical import SQLiteLexical
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS docs (key TEXT PRIMARY KEY, text BLOB NOT NULL, meta BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS nodes (
-    key TEXT PRIMARY KEY, start INTEGER NOT NULL, stop INTEGER NOT NULL, meta BLOB NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS vectors (
-    id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, vec BLOB NOT NULL, digest BLOB
-);
-CREATE TABLE IF NOT EXISTS children (key TEXT PRIMARY KEY, vec INTEGER NOT NULL) WITHOUT ROWID;
-"""
-
-
-class Database:
-    """One SQLite connection in WAL mode, with explicit read and write transactions.
-
-    Args:
-        path: the database file (created with its tables when missing).
-        timeout: seconds to wait for SQLite's own lock.
-    """
-
-    def __init__(self, path: str | Path, *, timeout: float = 60.0) -> None:
-        self.path = Path(path)
-        self.conn = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
-        self.conn.execute("PRAGMA page_size=8192")  # new files only: five 384-d vectors fill a page
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self._depth = 0
-        self._digests: bool | None = None
-
-    def create_tables(self, extra: str = "") -> None:
-        """Create the tables (and ``extra`` DDL) if they do not exist yet."""
-        with self.write():
-            for statement in (_SCHEMA + extra).split(";"):
-                if statement.strip():
-                    self.conn.execute(statement)
-            if self.get_meta("schema") is None:
-                self.set_meta("schema", str(SCHEMA_VERSION))
-
-    def has_tables(self) -> bool:
-        """Whether the ``meta`` table exists (the database was initialised)."""
-        row = self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
-        ).fetchone()
-        return row is not None
-
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed whole, or rolled back.
-
-        Inside a transaction that SQLite already ended (it rolls back by itself
-        on a full disk), a nested write is refused instead of running alone.
-        """
-        if self._depth:
-            if not self.conn.in_transaction:
-                msg = "SQLite ended the transaction after an error; nothing more is written in it"
-                raise sqlite3.OperationalError(msg)
-            self._depth += 1
-            try:
-                yield self.conn
-            finally:
-                self._depth -= 1
-            return
-        self.conn.execute("BEGIN IMMEDIATE")
-        self._depth = 1
-        try:
-            yield self.conn
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-        finally:
-            self._depth = 0
-
-    def _rollback(self) -> None:
-        """Roll back, unless SQLite did already (a full disk ends the transaction itself)."""
-        if self.conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # the error being raised says more
-                self.conn.execute("ROLLBACK")
-
-    @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: every query inside sees one snapshot."""
-        if self._depth:
-            yield self.conn
-            return
-        self.conn.execute("BEGIN")
-        self._depth = 1
-        try:
-            yield self.conn
-        finally:
-            self._depth = 0
-            self._end_read()
-
-    def _end_read(self) -> None:
-        """End a read transaction; it wrote nothing, so a failure to end it loses nothing."""
-        if self.conn.in_transaction:
-            try:
-                self.conn.execute("COMMIT")
-            except sqlite3.Error:  # e.g. a damaged file: what the reader read says so already
-                self._rollback()
-
-    def get_meta(self, name: str) -> str | None:
-        """A value of the ``meta`` table."""
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def set_meta(self, name: str, value: str) -> None:
-        """Set a value of the ``meta`` table."""
-        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
-
-    def has_vector_digests(self) -> bool:
-        """Whether the ``vectors`` table has its ``digest`` column (stores made since it came)."""
-        if self._digests is None:
-            columns = [row[1] for row in self.conn.execute("PRAGMA table_info(vectors)")]
-            self._digests = "digest" in columns
-        return self._digests
-
-    def add_vector_digests(self) -> None:
-        """Give an older store the ``digest`` column, filled from the vectors as they are."""
-        if self.has_vector_digests():
-            return
-        with self.write() as conn:
-            conn.execute("ALTER TABLE vectors ADD COLUMN digest BLOB")
-            rows = conn.execute("SELECT id, hash, vec FROM vectors").fetchall()
-            conn.executemany(
-                "UPDATE vectors SET digest = ? WHERE id = ?",
-                [(vector_digest(h, v), i) for i, h, v in rows],
-            )
-        self._digests = True
-
-    def insert_vectors(self, rows: Sequence[tuple[bytes, bytes]]) -> None:
-        """Store ``(hash, vector bytes)`` rows not stored yet, with their digests."""
-        if self.has_vector_digests():
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO vectors (hash, vec, digest) VALUES (?, ?, ?)",
-                [(h, v, vector_digest(h, v)) for h, v in rows],
-            )
-        else:
-            self.conn.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)", rows)
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.conn.close()
-
-
-def vector_digest(hash_: bytes, vec: bytes) -> bytes:
-    """The digest of a vector row: SHA-256 of its text hash and its bytes (first 64 bits)."""
-    return hashlib.sha256(bytes(hash_) + bytes(vec)).digest()[:8]
-
-
-def chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
-    """``items`` in slices of ``size``."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
+_marks = marks
 
 
 # The docstore ---------------------------------------------------------------------------
@@ -503,7 +361,7 @@ class CachedEmbeddings(Embeddings):
             msg = f"The embedding returned {vectors.shape} values for {len(texts)} texts."
             raise ValueError(msg)
         rows = [(text_hash(t), v.tobytes()) for t, v in zip(texts, vectors, strict=True)]
-        with self.db.write():
+        with self.db.write(changes=False):  # a cache: no search sees it yet
             self.db.insert_vectors(rows)
         return len(texts)
 
@@ -540,7 +398,7 @@ class CachedEmbeddings(Embeddings):
         """Delete vectors no child uses (all, or among ``ids``); returns how many went."""
         unused = "id NOT IN (SELECT vec FROM children)"
         gone = 0
-        with self.db.write() as conn:
+        with self.db.write(changes=False) as conn:
             if ids is None:
                 return int(conn.execute(f"DELETE FROM vectors WHERE {unused}").rowcount)  # noqa: S608
             for part in chunks(sorted(set(ids))):
@@ -549,22 +407,224 @@ class CachedEmbeddings(Embeddings):
         return gone
 
 
-class SQLiteFaissIndex(FaissIndex):
-    """A :class:`FaissIndex` whose vectors live in the database; FAISS is rebuilt on open.
+class SQLiteRows:
+    """The child index's records in the database: each leaf a ``children`` row (and its terms).
 
-    Every way in (``add_texts``, and ``add_vectors`` with vectors embedded ahead
-    of the write) records each leaf key's vector in the ``children`` table, the
-    vector itself stored once by content hash; ``delete`` removes the rows. Both
-    join the caller's transaction, so the child index commits with the nodes.
+    The counterpart of :class:`~langchain_s2b.store.records.Records` for
+    :class:`SQLiteFaissIndex`: a leaf's row number is its FAISS id, its key and
+    vector are a ``children`` row, its text and metadata are its node in the
+    docstore (read when asked for), and its terms a row of the lexical table.
+    Writes join the caller's transaction: a leaf, its vector and its terms are
+    committed together.
     """
 
-    def __init__(self, embedding: CachedEmbeddings, **kwargs: Any) -> None:
-        super().__init__(embedding, **kwargs)
-        self.cache = embedding
+    def __init__(
+        self, db: Database, docstore: SQLiteDocStore, lexical: SQLiteLexical | None
+    ) -> None:
+        self.db = db
+        self.docstore = docstore
+        self.lexical = lexical
         self.released: set[int] = set()
-        """Vector ids of deleted children (candidates for ``collect_garbage``)."""
+        """Vector ids of removed leaves (candidates for ``collect_garbage``)."""
+
+    def __len__(self) -> int:
+        return int(self.db.conn.execute("SELECT count(*) FROM children").fetchone()[0])
+
+    # Writing ----------------------------------------------------------------------
+
+    def add(
+        self,
+        rows: Sequence[int],
+        keys: Sequence[str],
+        texts: Sequence[str],
+        metas: Sequence[Any],
+    ) -> None:
+        """Add leaves whose vectors are stored (by the hash of their text)."""
+        if not rows:
+            return
+        hashes = [text_hash(t) for t in texts]
+        with self.db.write() as conn:
+            known = _vector_ids(conn, hashes)
+            missing = [k for k, h in zip(keys, hashes, strict=True) if h not in known]
+            if missing:
+                msg = f"No stored vector for the text of {missing[0]!r}; embed it first."
+                raise ValueError(msg)
+            conn.executemany(
+                "INSERT INTO children (row, key, vec) VALUES (?, ?, ?)",
+                [(r, k, known[h]) for r, k, h in zip(rows, keys, hashes, strict=True)],
+            )
+            if self.lexical is not None:
+                self.lexical.add(conn, rows, keys, texts)
+
+    def remove(self, rows: Sequence[int]) -> None:
+        """Remove leaves by row."""
+        with self.db.write() as conn:
+            for part in chunks(list(rows)):
+                where = f"WHERE row IN ({_marks(len(part))})"
+                found = conn.execute(f"SELECT vec FROM children {where}", part).fetchall()  # noqa: S608
+                self.released.update(r[0] for r in found)
+                conn.execute(f"DELETE FROM children {where}", part)  # noqa: S608
+            if self.lexical is not None:
+                self.lexical.remove(conn, rows)
+
+    def clear(self) -> None:
+        """Remove every leaf."""
+        with self.db.write() as conn:
+            self.released.update(r[0] for r in conn.execute("SELECT vec FROM children"))
+            conn.execute("DELETE FROM children")
+            if self.lexical is not None:
+                self.lexical.clear(conn)
+
+    # Reading ----------------------------------------------------------------------
+
+    def row(self, key: str) -> int:
+        """The row of ``key`` (``-1``: not held)."""
+        found = self.db.conn.execute("SELECT row FROM children WHERE key = ?", (key,)).fetchone()
+        return -1 if found is None else int(found[0])
+
+    def key(self, row: int) -> str | None:
+        """The key of a row (``None``: not held)."""
+        found = self.db.conn.execute("SELECT key FROM children WHERE row = ?", (row,)).fetchone()
+        return None if found is None else str(found[0])
+
+    def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
+        """``(key, text, metadata)`` per row (``None``: not held, or its node is gone)."""
+        wanted = [r for r in dict.fromkeys(rows) if r >= 0]
+        keys: dict[int, str] = {}
+        with self.db.read() as conn:
+            for part in chunks(wanted):
+                sql = f"SELECT row, key FROM children WHERE row IN ({_marks(len(part))})"  # noqa: S608
+                keys.update(conn.execute(sql, part).fetchall())
+            names = list(keys.values())
+            docs = dict(zip(names, self.docstore.mget(names), strict=True))
+        out: list[tuple[str, str, dict[str, Any]] | None] = []
+        for row in rows:
+            if row < 0:
+                out.append(None)
+                continue
+            key = keys.get(row)
+            doc = None if key is None else docs.get(key)
+            if doc is None:  # FAISS holds it, so the database must: damage, never a hole
+                what = f"row {row}" if key is None else repr(key)
+                msg = f"Leaf {what} is in the child index but not in the docstore"
+                raise MissingNodeError(msg)
+            out.append((str(key), doc.page_content, doc.metadata))
+        return out
+
+    def record(self, row: int) -> tuple[str, str, dict[str, Any]] | None:
+        """``(key, text, metadata)`` of a row."""
+        return self.records([row])[0]
+
+    def meta(self, row: int) -> dict[str, Any]:
+        """The metadata of a row (``{}`` when its node is gone)."""
+        found = self.record(row)
+        return {} if found is None else found[2]
+
+    def keys(self) -> list[str]:
+        """Every key held."""
+        return [str(r[0]) for r in self.db.conn.execute("SELECT key FROM children ORDER BY key")]
+
+    def entries(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """Every leaf's record, by row."""
+        rows = self.live_rows().tolist()
+        for part in chunks(rows, 1000):
+            yield from filter(None, self.records(part))
+
+    def live_rows(self) -> np.ndarray:
+        """Every row, ascending."""
+        rows = self.db.conn.execute("SELECT row FROM children ORDER BY row").fetchall()
+        return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+    def sources(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(source key, its document's metadata)`` per source (a filter on its fields)."""
+        sql = "SELECT key, meta FROM docs WHERE key GLOB '*/doc/0'"
+        for key, meta in self.db.conn.execute(sql).fetchall():
+            try:
+                found = json.loads(_dec(meta))["m"]
+            except _UNREADABLE:
+                continue
+            if isinstance(found, dict):
+                yield key.split("/", 1)[0], found
+
+    def source_rows(self, source: str) -> np.ndarray:
+        """The rows of one source's leaves."""
+        sql = "SELECT row FROM children WHERE key >= ? AND key < ?"
+        rows = self.db.conn.execute(sql, (f"{source}/", f"{source}0")).fetchall()
+        return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+    def unsourced(self) -> list[int]:
+        """Rows whose metadata names no source: none here (every leaf has its source)."""
+        return []
+
+
+def _vector_ids(conn: sqlite3.Connection, hashes: Sequence[bytes]) -> dict[bytes, int]:
+    out: dict[bytes, int] = {}
+    for part in chunks(list(dict.fromkeys(hashes))):
+        sql = f"SELECT hash, id FROM vectors WHERE hash IN ({_marks(len(part))})"  # noqa: S608
+        out.update(conn.execute(sql, part).fetchall())
+    return out
+
+
+INDEX_FILE = "s2b.{database}.{commit}.faiss"
+"""The FAISS index of one state of the database: its id and its commit counter."""
+_REBUILD_BATCH = 20_000
+
+
+def index_file(directory: Path, stamp: tuple[str, int]) -> Path:
+    """Where the FAISS index of the state ``stamp`` is kept."""
+    return directory / INDEX_FILE.format(database=stamp[0], commit=stamp[1])
+
+
+class SQLiteFaissIndex(FaissIndex):
+    """A :class:`FaissIndex` whose records live in the database, and its file beside it.
+
+    Every way in (``add_texts``, and ``add_vectors`` with vectors embedded ahead
+    of the write) stores the vector by content hash and the leaf as a
+    ``children`` row and its terms (:class:`SQLiteRows`); ``delete`` removes
+    them. Both join the caller's transaction, so the child index commits with
+    the nodes. The FAISS index itself is a file named after the database's
+    commit counter (:func:`index_file`): :meth:`open` reads the file of the
+    state being read (memory-mapped for a reader: no copy, pages read as a
+    search touches them), and only when there is none builds it from the
+    vectors in the database and writes it. A hit's key, text and metadata are
+    read from the database when a search returns it: nothing is read per leaf
+    when the index opens.
+
+    Args:
+        embedding: the store's model behind its vector cache.
+        docstore: the store's docstore (the leaves' text and metadata).
+    """
+
+    def __init__(self, embedding: CachedEmbeddings, docstore: SQLiteDocStore) -> None:
+        super().__init__(embedding)
+        self.cache = embedding
+        self.db = embedding.db
+        self.docstore = docstore
+        self.lexical_index = SQLiteLexical(self.db, self.matching_sources, self._metadata)
+        self._rows = SQLiteRows(self.db, docstore, self.lexical_index)  # type: ignore[assignment]
+        self.read_only = False
+        """Opened memory-mapped: a write is refused (FAISS can not add to a mapped index)."""
         self.unrestored: list[str] = []
-        """Children the last :meth:`restore` left out: their node or vector is absent or bad."""
+        """Leaves the last build left out: their vector is absent or unusable."""
+        self.built = 0
+        """How many times this object built FAISS from the database (not from a file)."""
+
+    @property
+    def released(self) -> set[int]:
+        """Vector ids of deleted leaves (candidates for ``collect_garbage``)."""
+        return self._rows.released  # type: ignore[attr-defined,no-any-return]
+
+    def lexical_backend(self) -> SQLiteLexical:
+        """The lexical index a hybrid retriever searches: FTS5 in the same database."""
+        return self.lexical_index
+
+    def _metadata(self, keys: list[str]) -> list[dict[str, Any] | None]:
+        return [None if d is None else d.metadata for d in self.docstore.mget(keys)]
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            msg = "This index was opened read-only (memory-mapped) by a command that only reads."
+            raise ValueError(msg)
 
     def add_vectors(
         self,
@@ -575,65 +635,116 @@ class SQLiteFaissIndex(FaissIndex):
     ) -> list[str]:
         """Add leaves with their vectors: FAISS in memory, the rows in the database."""
         matrix = np.asarray(vectors, dtype=np.float32)
-        hashes = [text_hash(t) for t in texts]
-        with self.cache.db.write() as conn:
+        with self.db.write():
             if len(matrix) == len(texts):
-                rows = [(h, v.tobytes()) for h, v in zip(hashes, matrix, strict=True)]
-                self.cache.db.insert_vectors(rows)
-            added = super().add_vectors(matrix, texts, metadatas, ids)
-            known = self.cache.lookup(hashes)
-            last = dict(zip(ids, hashes, strict=True))  # an id given twice: its last vector
-            conn.executemany(
-                "INSERT OR REPLACE INTO children VALUES (?, ?)",
-                [(key, known[h]) for key, h in last.items()],
-            )
-            return added
+                rows = [(text_hash(t), v.tobytes()) for t, v in zip(texts, matrix, strict=True)]
+                self.db.insert_vectors(rows)
+            return super().add_vectors(matrix, texts, metadatas, ids)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Remove leaves by key (``None``: all) from FAISS and from the ``children`` table."""
-        with self.cache.db.write() as conn:
-            if ids is None:
-                self.released.update(r[0] for r in conn.execute("SELECT vec FROM children"))
-                conn.execute("DELETE FROM children")
-                return super().delete(None)
-            keys = list(ids)
-            for part in chunks(keys):
-                where = f"WHERE key IN ({_marks(len(part))})"
-                found = conn.execute(f"SELECT vec FROM children {where}", part).fetchall()  # noqa: S608
-                self.released.update(row[0] for row in found)
-                conn.execute(f"DELETE FROM children {where}", part)  # noqa: S608
-            return super().delete(keys)
+        """Remove leaves by key (``None``: all) from FAISS and from the database."""
+        with self.db.write():
+            return super().delete(ids)
 
-    def restore(self, docstore: BaseStore[str, Document]) -> int:
-        """Fill FAISS from the ``children`` table (call inside a read transaction)."""
-        pairs = self.cache.db.conn.execute("SELECT key, vec FROM children ORDER BY key").fetchall()
+    # The FAISS file -------------------------------------------------------------------
+
+    def open(self, directory: Path, *, mapped: bool = False) -> bool:
+        """FAISS for the state being read (call in its transaction); whether it was built.
+
+        The file of this state is read (``mapped``: memory-mapped, read-only);
+        without one, FAISS is built from the database and the file written (a
+        store that can not be written to is read all the same).
+        """
+        stamp = self.db.stamp()
+        file = None if stamp is None else index_file(directory, stamp)
+        top = self.db.conn.execute("SELECT max(row) FROM children").fetchone()[0]
+        self._next_id = 0 if top is None else int(top) + 1
         self.unrestored = []
-        if not pairs:
-            return 0
-        keys = [k for k, _ in pairs]
-        usable = _usable_vectors(self.cache.db, {v for _, v in pairs})
-        docs = docstore.mget(keys)
-        kept = [i for i, d in enumerate(docs) if d is not None and pairs[i][1] in usable]
-        self.unrestored = [keys[i] for i in sorted(set(range(len(keys))) - set(kept))]
-        if not kept:
-            return 0
-        FaissIndex.add_vectors(
-            self,
-            np.stack([usable[pairs[i][1]] for i in kept]),
-            [docs[i].page_content for i in kept],  # type: ignore[union-attr]
-            [docs[i].metadata for i in kept],  # type: ignore[union-attr]
-            [keys[i] for i in kept],
+        if file is not None and file.is_file():
+            try:
+                index = read_faiss_file(file, mapped=mapped)
+            except ValueError:
+                index = None
+            if index is not None:
+                self._adopt(index)
+                self.read_only = mapped
+                return False
+        self.build()
+        if file is not None:
+            with contextlib.suppress(OSError):
+                self.write_file(directory)
+        return True
+
+    def _adopt(self, index: Any) -> None:
+        with self._lock:
+            self._index, self._staging, self._dim = index, None, int(index.d)
+            self._dead.clear()
+            self._parsed.clear()
+            self._version += 1
+
+    def build(self) -> None:
+        """FAISS from the vectors in the database (a leaf whose vector is bad is left out)."""
+        self.built += 1
+        conn = self.db.conn
+        size = _common_size(self.db)
+        sql = (
+            "SELECT c.row, c.key, v.vec FROM children c LEFT JOIN vectors v ON v.id = c.vec "
+            "ORDER BY c.row"
         )
-        return len(kept)
+        index = None
+        cursor = conn.execute(sql)
+        while batch := cursor.fetchmany(_REBUILD_BATCH):
+            rows, vectors = [], []
+            for row, key, vec in batch:
+                data = None if vec is None or len(vec) != size else np.frombuffer(vec, np.float32)
+                if data is None or not np.isfinite(data).all():
+                    self.unrestored.append(str(key))
+                    continue
+                rows.append(row)
+                vectors.append(data)
+            if rows:
+                if index is None:
+                    index = self._new_index(len(vectors[0]))
+                index.add_with_ids(normalise(np.stack(vectors)), np.asarray(rows, dtype=np.int64))
+        self.read_only = False
+        if index is None:
+            with self._lock:
+                self._index, self._staging, self._dim = None, None, None
+                self._version += 1
+        else:
+            self._adopt(index)
+
+    def write_file(self, directory: Path) -> Path | None:
+        """Write FAISS as the file of the state being read; remove the other states' files."""
+        stamp = self.db.stamp()
+        if stamp is None or self._index is None:
+            return None
+        file = index_file(directory, stamp)
+        if not file.exists():
+            temp = file.with_name(f".tmp-{secrets.token_hex(4)}-{file.name}")
+            try:
+                faiss.write_index(self._index, str(temp))
+                os.replace(temp, file)
+            finally:
+                temp.unlink(missing_ok=True)
+        for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):
+            if other != file:
+                other.unlink(missing_ok=True)
+        return file
+
+    def restore(self, docstore: BaseStore[str, Document] | None = None) -> int:
+        """Build FAISS from the database (call inside a read transaction); the leaves in it."""
+        self.build()
+        return 0 if self._index is None else int(self._index.ntotal)
 
 
-def _usable_vectors(db: Database, ids: Iterable[int]) -> dict[int, np.ndarray]:
-    """The vectors with these ids that exist, have the common size and are finite."""
-    raw: dict[int, bytes] = {}
-    for part in chunks(sorted(ids)):
-        sql = f"SELECT id, vec FROM vectors WHERE id IN ({_marks(len(part))})"  # noqa: S608
-        raw.update(db.conn.execute(sql, part).fetchall())
-    return {i: v for i, v in _vectors_of_common_size(raw).items() if np.isfinite(v).all()}
+def _common_size(db: Database) -> int:
+    """The byte size most vectors have (a damaged one of another size is left out)."""
+    found = db.conn.execute(
+        "SELECT length(vec), count(*) FROM vectors GROUP BY 1 ORDER BY 2 DESC LIMIT 1"
+    ).fetchone()
+    size = 0 if found is None else int(found[0])
+    return size if size and size % 4 == 0 else -1
 
 
 def _vectors_of_common_size(raw: dict[int, bytes]) -> dict[int, np.ndarray]:
@@ -694,12 +805,6 @@ def find_damage(db: Database, docstore: SQLiteDocStore) -> Damage:
     damage.vectors, damage.unchecked = _damaged_vectors(db)
     damage.children = _damaged_children(db, docstore, set(damage.vectors))
     return damage
-
-
-def dangling_children(db: Database) -> int:
-    """How many children point at a vector row that is gone (a cheap check)."""
-    sql = "SELECT count(*) FROM children WHERE vec NOT IN (SELECT id FROM vectors)"
-    return int(db.conn.execute(sql).fetchone()[0])
 
 
 def _damaged_vectors(db: Database) -> tuple[list[int], int]:
@@ -788,4 +893,7 @@ def mend(db: Database, damage: Damage) -> None:
         for part in chunks(damage.vectors):
             conn.execute(f"DELETE FROM vectors WHERE id IN ({_marks(len(part))})", part)  # noqa: S608
         for part in chunks(damage.children):
-            conn.execute(f"DELETE FROM children WHERE key IN ({_marks(len(part))})", part)  # noqa: S608
+            where = f"IN ({_marks(len(part))})"
+            rows = f"SELECT row FROM children WHERE key {where}"  # noqa: S608
+            conn.execute(f"DELETE FROM {LEXICAL_TABLE} WHERE rowid IN ({rows})", part)  # noqa: S608
+            conn.execute(f"DELETE FROM children WHERE key {where}", part)  # noqa: S608

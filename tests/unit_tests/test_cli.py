@@ -85,7 +85,9 @@ class TestIndex:
             f"indexed 3 file(s) into {tmp_path / 's'}: 3 added, 0 updated, 0 removed, "
             "0 unchanged; 4 document(s), "
         )
-        assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["s2b.lock", "s2b.sqlite"]
+        names = sorted(p.name for p in (tmp_path / "s").iterdir())
+        assert names[1:] == ["s2b.lock", "s2b.sqlite"]
+        assert re.fullmatch(r"s2b\.[0-9a-f]{16}\.[0-9]+\.faiss", names[0])  # the last commit's
 
     def test_rerun_is_a_no_op(self, store: Path, corpus: Path, capsys) -> None:
         before = (store / "s2b.sqlite").read_bytes()

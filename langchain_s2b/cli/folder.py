@@ -1,0 +1,362 @@
+"""The command line's store folder: its database file, settings, indexed files and lock.
+
+.. code-block:: text
+
+    DIR/s2b.sqlite                 nodes, manifests, child vectors, the lexical index,
+                                   indexed files, settings (one SQLite database)
+    DIR/s2b.<id>.<commit>.faiss    the FAISS index of the database's last commit
+    DIR/s2b.lock                   held by the one run that writes (index, delete, verify --repair)
+
+Writers take an inter-process lock (``filelock``) for their whole run, so two
+runs never interleave; a second writer waits (or, with ``--no-wait``, says in
+one line that the store is in use). Readers take no lock: they read one SQLite
+snapshot (WAL), so they see the store as it was before or after a writer's
+commit, never half of one. See :mod:`langchain_s2b.store.sqlite` for how nodes,
+manifests and the child index commit together.
+
+This module imports only :mod:`sqlite3` and the light parts of the package: a
+command that reads settings or the list of files (``s2b list``) loads neither
+numpy, FAISS nor LangChain. :mod:`.index_dir` opens the store to search it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import sqlite3
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from langchain_s2b.cli import specs
+from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.options import INDEX_MODE
+from langchain_s2b.store.database import Database, dangling_children
+
+DB_FILE = "s2b.sqlite"
+LOCK_FILE = "s2b.lock"
+FORMAT = "s2b-cli"
+FORMAT_VERSION = "2"
+OLD_LAYOUT = "s2b-cli.json"
+FAISS_FILES = "s2b.*.*.faiss"
+"""The FAISS index files (``store.sqlite.INDEX_FILE``)."""
+
+_FILES_TABLE = """
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL, sources TEXT NOT NULL, chunks INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+
+
+@dataclass(frozen=True)
+class FileRow:
+    """An indexed file: how it looked when indexed, and the sources it gave."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    sources: list[str]
+    chunks: int
+
+
+def files(db: Database) -> dict[str, FileRow]:
+    """Every indexed file by path (a row whose bytes are damaged is left out)."""
+    rows = db.conn.execute("SELECT * FROM files ORDER BY path").fetchall()
+    found = {}
+    for r in rows:
+        row = _file_row(r)
+        if row is not None:
+            found[row.path] = row
+    return found
+
+
+def damaged_files(db: Database) -> list[str]:
+    """Paths of ``files`` rows whose bytes are damaged."""
+    rows = db.conn.execute("SELECT * FROM files ORDER BY path").fetchall()
+    return [str(r[0]) for r in rows if _file_row(r) is None]
+
+
+def counts(db: Database) -> dict[str, int]:
+    """Files, documents (distinct, over the files), chunks and vectors in the store."""
+    rows = files(db)
+    conn = db.conn
+    return {
+        "files": len(rows),
+        "documents": len({s for row in rows.values() for s in row.sources}),
+        "chunks": int(conn.execute("SELECT count(*) FROM children").fetchone()[0]),
+        "vectors": int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0]),
+    }
+
+
+def dangling_chunks(db: Database) -> int:
+    """Chunks whose vector row is gone (damage a cheap query can see)."""
+    return dangling_children(db)
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    """``3 file(s), 4 document(s), 120 chunk(s), 118 vector(s)``."""
+    return ", ".join(
+        f"{counts[name]} {name[:-1]}(s)" for name in ("files", "documents", "chunks", "vectors")
+    )
+
+
+def size(directory: Path) -> int:
+    """Bytes the store takes on disk (the database, its log, the FAISS index, the lock)."""
+    names = [DB_FILE, f"{DB_FILE}-wal", LOCK_FILE]
+    names += [p.name for p in directory.glob(FAISS_FILES)]
+    return sum((directory / n).stat().st_size for n in names if (directory / n).exists())
+
+
+def put_file(db: Database, row: FileRow) -> None:
+    """Record an indexed file (inside the caller's transaction)."""
+    db.conn.execute(
+        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)",
+        (row.path, row.size, row.mtime_ns, row.sha256, json.dumps(row.sources), row.chunks),
+    )
+
+
+def drop_file(db: Database, path: str) -> None:
+    """Forget an indexed file (inside the caller's transaction)."""
+    db.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+
+
+def _file_row(r: tuple[Any, ...]) -> FileRow | None:
+    """A ``files`` row, or ``None`` when its bytes no longer decode to one."""
+    try:
+        path, size, mtime_ns, sha256, sources, chunks = r
+        listed = json.loads(sources)
+    except (ValueError, TypeError):
+        return None
+    fields_ok = (
+        isinstance(path, str)
+        and isinstance(size, int)
+        and isinstance(mtime_ns, int)
+        and isinstance(sha256, str)
+        and isinstance(listed, list)
+        and all(isinstance(x, str) for x in listed)
+        and isinstance(chunks, int)
+    )
+    return FileRow(path, size, mtime_ns, sha256, listed, chunks) if fields_ok else None
+
+
+def _db_path(directory: Path) -> Path:
+    return directory / DB_FILE
+
+
+def _check_directory(directory: Path, *, creating: bool) -> None:
+    if directory.exists() and not directory.is_dir():
+        msg = f"--store {directory} exists and is not a directory"
+        raise UserError(msg)
+    if (directory / OLD_LAYOUT).exists() and not _db_path(directory).exists():
+        msg = (
+            f"--store {directory} was made by an older s2b (index/ and parents/); "
+            "index your files into a new --store"
+        )
+        raise UserError(msg)
+    if not creating:
+        if not directory.is_dir():
+            msg = f"no index at --store {directory} (run: s2b index PATH... --store {directory})"
+            raise UserError(msg)
+        if not _db_path(directory).exists():
+            msg = f"{directory} is not an s2b index (no {DB_FILE}); run s2b index first"
+            raise UserError(msg)
+        return
+    if directory.is_dir() and not _db_path(directory).exists():
+        extra = [p.name for p in directory.iterdir() if p.name != LOCK_FILE]
+        if extra:
+            msg = f"--store {directory} is a non-empty directory that is not an s2b index"
+            raise UserError(msg)
+
+
+def connect(directory: Path) -> Database:
+    """The store's database, opened (one line naming the problem when it can not be)."""
+    try:
+        return Database(_db_path(directory))
+    except sqlite3.Error as err:
+        raise UserError(store_error(err, directory, opening=True)) from None
+
+
+def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool = False) -> str:
+    """One line for a database error: a full disk, a damaged file, or what SQLite said.
+
+    ``opening``: the error came while opening the store and reading its settings.
+    """
+    where = _db_path(directory)
+    kind = _error_kind(err)
+    if kind == "full" or (kind == "io" and _disk_is_full(directory)):
+        return (
+            f"the disk holding {directory} is full: nothing of the write that failed was kept; "
+            "free some space and run the command again"
+        )
+    if kind == "io":
+        return f"cannot read or write {where} ({err}); check the disk"
+    if kind == "notadb" or (kind is None and opening):
+        return f"{where} is not an s2b index database ({err})"
+    if kind == "corrupt":
+        return (
+            f"the database file {where} is damaged ({err}); run: s2b verify --repair --store "
+            f"{directory} (it indexes the files again into a new database file)"
+        )
+    return f"{where}: {err}"
+
+
+_KINDS = {13: "full", 10: "io", 26: "notadb", 11: "corrupt"}
+"""SQLite's result codes (``sqlite3.SQLITE_FULL``... from Python 3.11) and what they mean here."""
+_MESSAGES = {
+    "database or disk is full": "full",
+    "disk i/o error": "io",
+    "file is not a database": "notadb",
+    "database disk image is malformed": "corrupt",
+}
+
+
+def _error_kind(err: sqlite3.Error | OSError) -> str | None:
+    if isinstance(err, OSError):
+        return "full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    code = getattr(err, "sqlite_errorcode", None)  # Python 3.11+; extended codes: low byte
+    if isinstance(code, int) and code & 0xFF in _KINDS:
+        return _KINDS[code & 0xFF]
+    text = str(err).lower()
+    return next((kind for message, kind in _MESSAGES.items() if message in text), None)
+
+
+def _disk_is_full(directory: Path) -> bool:
+    """Whether the disk holding ``directory`` has (nearly) no room left."""
+    try:
+        return shutil.disk_usage(directory).free < _ROOM
+    except OSError:
+        return False
+
+
+_ROOM = 1 << 20
+"""Free bytes below which a disk I/O error is taken for a full disk."""
+
+
+def read_settings(db: Database, directory: Path) -> dict[str, str]:
+    """The store's recorded settings; one line naming the problem when they are bad."""
+    where = _db_path(directory)
+    try:
+        if not db.has_tables():
+            msg = f"{where} is empty: the first s2b index run into it has not finished"
+            raise UserError(msg)
+        rows = dict(db.conn.execute("SELECT name, value FROM meta").fetchall())
+    except sqlite3.DatabaseError as err:
+        raise UserError(store_error(err, directory, opening=True)) from None
+    if rows.get("format") != FORMAT or rows.get("format_version") != FORMAT_VERSION:
+        msg = (
+            f"bad configuration in {where}: format {rows.get('format')!r} version "
+            f"{rows.get('format_version')!r}, expected {FORMAT!r} version {FORMAT_VERSION}"
+        )
+        raise UserError(msg)
+    try:
+        specs.parse_spec(rows.get("embedding", ""))
+    except UserError:
+        msg = f"bad configuration in {where}: embedding {rows.get('embedding')!r}"
+        raise UserError(msg) from None
+    return rows
+
+
+def open_database(directory: Path, wanted: str | None = None) -> tuple[Database, str]:
+    """The store's database and its embedding (``provider:model``), checked; one line if not.
+
+    An embedding other than the one the store was built with is refused.
+    """
+    _check_directory(directory, creating=False)
+    db = connect(directory)
+    settings = read_settings(db, directory)
+    recorded = settings["embedding"]
+    if wanted is not None and specs.parse_spec(wanted) != specs.parse_spec(recorded):
+        db.close()
+        msg = (
+            f"{directory} was indexed with embedding {recorded!r}, not "
+            f"{specs.parse_spec(wanted)!r}; query it with --embedding {recorded} (or none)"
+        )
+        raise UserError(msg)
+    return db, specs.parse_spec(recorded)
+
+
+def initialise(db: Database, spec: str) -> None:
+    """Tables and settings of a new store, in one transaction: a reader sees both or neither."""
+    with db.write():
+        db.create_tables(_FILES_TABLE)
+        for name, value in (
+            ("format", FORMAT),
+            ("format_version", FORMAT_VERSION),
+            ("embedding", spec),
+            ("tree", INDEX_MODE),
+        ):
+            db.set_meta(name, value)
+
+
+def replace_database(directory: Path, fresh: Path) -> None:
+    """Put the database file ``fresh`` (closed, its log merged) in place of the store's own."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{_db_path(directory)}{suffix}").unlink(missing_ok=True)
+    os.replace(fresh, _db_path(directory))
+    for old in directory.glob(FAISS_FILES):  # the old database's: never the new one's
+        old.unlink(missing_ok=True)
+
+
+@contextmanager
+def writer_lock(directory: Path, *, wait: bool, err: TextIO = sys.stderr) -> Iterator[None]:
+    """Hold the store's inter-process writer lock for the ``with`` block."""
+    try:
+        from filelock import FileLock, Timeout
+    except ImportError:
+        msg = 's2b needs filelock to write an index safely: pip install "langchain-s2b[cli]"'
+        raise UserError(msg) from None
+    if not _db_path(directory).exists():
+        _check_directory(directory, creating=True)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    lock: Any = FileLock(str(directory / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if not wait:
+            msg = (
+                f"{directory} is in use by another s2b run that writes to it; "
+                "try again when it ends (or leave out --no-wait to wait)"
+            )
+            raise UserError(msg) from None
+        print(f"s2b: waiting for another s2b run to finish writing {directory} ...", file=err)
+        lock.acquire()
+    try:
+        yield
+    except BaseException:
+        lock.release()
+        if created:
+            _remove_unstarted(directory)
+        raise
+    lock.release()
+
+
+def _remove_unstarted(directory: Path) -> None:
+    """Remove a store folder this run made and left without a started database."""
+    db = _db_path(directory)
+    if db.exists():
+        try:
+            conn = sqlite3.connect(db)
+            try:
+                started = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return
+        if started:
+            return
+    names = (LOCK_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm", f"{DB_FILE}-journal")
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else is in it: keep it
+        directory.rmdir()
