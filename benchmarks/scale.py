@@ -422,6 +422,7 @@ def measure_cli(sides: Sides, work: Path, sizes: list[int], rounds: int) -> list
     s2b = [py, "-m", "langchain_s2b"]
     times: dict[str, list[float]] = {"pass": [], "version": [], "list": []}
     queries: dict[int, list[float]] = {size: [] for size in sizes}
+    budgeted: dict[int, list[float]] = {size: [] for size in sizes}
     for store, _ in stores.values():  # once each, untimed: the first run after a build
         argv = [*s2b, "query", QUESTIONS[0], "--store", str(store)]
         subprocess.run(argv, env=sides.env, capture_output=True, check=True)
@@ -433,6 +434,10 @@ def measure_cli(sides: Sides, work: Path, sizes: list[int], rounds: int) -> list
         for question in QUESTIONS:
             for size, (store, _) in stores.items():
                 queries[size].append(sides.timed(*s2b, "query", question, "--store", str(store)))
+        for question in QUESTIONS[:2]:  # hybrid: the lexical index searched too
+            for size, (store, _) in stores.items():
+                argv = [*s2b, "query", question, "--store", str(store), "--max-tokens", "800"]
+                budgeted[size].append(sides.timed(*argv))
     rows: list[dict[str, Any]] = []
     base = statistics.median(queries[min(sizes)])
     for size, (_, built) in stores.items():
@@ -444,6 +449,18 @@ def measure_cli(sides: Sides, work: Path, sizes: list[int], rounds: int) -> list
                 "median_s": statistics.median(queries[size]),
                 "all_s": [round(t, 2) for t in queries[size]],
                 "over_smallest": statistics.median(queries[size]) / base,
+            }
+        )
+    base = statistics.median(budgeted[min(sizes)])
+    for size, (_, built) in stores.items():
+        rows.append(
+            {
+                "section": "cli",
+                "command": "s2b query --max-tokens 800",
+                "chunks": built["chunks"],
+                "median_s": statistics.median(budgeted[size]),
+                "all_s": [round(t, 2) for t in budgeted[size]],
+                "over_smallest": statistics.median(budgeted[size]) / base,
             }
         )
     floor = statistics.median(times["pass"])
@@ -521,9 +538,9 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["first_query_ms"] <= 2 * r["warm_query_ms"],
         )
     for r in (r for r in rows if r["section"] == "cli"):
-        if r["command"] == "s2b query":
+        if r["command"].startswith("s2b query"):
             add(
-                f"s2b query, {r['chunks']:,} chunks",
+                f"{r['command']}, {r['chunks']:,} chunks",
                 f"{r['median_s']:.2f} s = {r['over_smallest']:.2f}x the smallest store",
                 "<= 1.5x the 1k-chunk store",
                 r["over_smallest"] <= 1.5,

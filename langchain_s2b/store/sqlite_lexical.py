@@ -23,7 +23,11 @@ query of one term (the idf is a common factor, and fusion's z-scores remove
 it) and weigh the terms of a longer query a little differently; the very
 common ones (``the``) count for nothing here. FTS5 scores every leaf that
 holds a query term before it sorts, so a search costs in proportion to those
-leaves, not to the store.
+leaves, not to the store. A term in half of the leaves or more adds at most
+2.2e-6 to a score, so it is left out of the search when another term remains
+(and put back when fewer than ``n`` leaves match the others): the ranking is
+the same up to score differences below 1e-5, and a search no longer scores
+most of the store for ``the`` or ``of``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks
 from langchain_s2b.store.lexical_index import analyze, query_terms, source_of
 
+_VOCAB = "lexical_vocab"
+"""The table's own vocabulary (``fts5vocab``): each term's number of leaves."""
 _SEARCH = f"""
 SELECT key, -bm25({LEXICAL_TABLE}) AS score FROM {LEXICAL_TABLE}
 WHERE {LEXICAL_TABLE} MATCH ? {{where}} ORDER BY bm25({LEXICAL_TABLE}), key LIMIT ?
@@ -51,12 +57,24 @@ def terms_of(text: str) -> str:
     return " ".join(analyze(text))
 
 
-def match_expression(query: str) -> str | None:
-    """The FTS5 ``MATCH`` expression of a query: its analysed terms, quoted, OR'ed."""
-    terms = query_terms(query)
+def match_expression(terms: Sequence[str]) -> str | None:
+    """The FTS5 ``MATCH`` expression of analysed terms: each quoted, OR'ed."""
     if not terms:
         return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """An SQLite varint at ``data[at:]``: ``(value, next position)``."""
+    value = 0
+    for i in range(9):
+        byte = data[at + i]
+        if i == 8:
+            return (value << 8) | byte, at + 9
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, at + i + 1
+    return value, at + 9
 
 
 class SQLiteLexical:
@@ -112,20 +130,20 @@ class SQLiteLexical:
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 that pass ``flt`` (selected before ranking)."""
         check_filter(flt)
-        expression = match_expression(query)
-        if expression is None or n < 1:
+        terms = query_terms(query)
+        if not terms or n < 1:
             return []
         if flt is None:
-            return self._search(expression, n, "", [])
+            return self._search(terms, n, "", [])
         sources = self._sources_for(flt)
         if sources is not None:
             if not sources:
                 return []
             where = "AND source IN (SELECT value FROM json_each(?))"
-            return self._search(expression, n, where, [json.dumps(sorted(sources))])
+            return self._search(terms, n, where, [json.dumps(sorted(sources))])
         depth = n
         while True:  # a filter on per-leaf fields: deeper until n pass or no more match
-            found = self._search(expression, depth, "", [])
+            found = self._search(terms, depth, "", [])
             metas = self._metadata_of([key for key, _ in found])
             kept = [
                 pair for pair, meta in zip(found, metas, strict=True)
@@ -136,12 +154,36 @@ class SQLiteLexical:
             depth *= 2
 
     def _search(
-        self, expression: str, n: int, where: str, args: list[Any]
+        self, terms: list[str], n: int, where: str, args: list[Any]
     ) -> list[tuple[str, float]]:
         sql = _SEARCH.format(where=where)
         with self.db.read() as conn:
-            rows = conn.execute(sql, [expression, *args, n]).fetchall()
+            rare = self._rare(conn, terms)
+            rows = conn.execute(sql, [match_expression(rare), *args, n]).fetchall()
+            if len(rows) < n and len(rare) < len(terms):
+                rows = conn.execute(sql, [match_expression(terms), *args, n]).fetchall()
         return [(str(key), float(score)) for key, score in rows]
+
+    def _rare(self, conn: sqlite3.Connection, terms: list[str]) -> list[str]:
+        """The terms in fewer than half of the leaves (all of them if none is)."""
+        leaves = self._leaves(conn)
+        if leaves is None:
+            return terms
+        vocabulary = f"fts5vocab(main, {LEXICAL_TABLE}, 'row')"
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCAB} USING {vocabulary}")
+        sql = f"SELECT term, doc FROM temp.{_VOCAB} WHERE term IN ({marks(len(terms))})"  # noqa: S608
+        found = dict(conn.execute(sql, terms).fetchall())
+        rare = [term for term in terms if 2 * int(found.get(term, 0)) < leaves]
+        return rare or terms
+
+    @staticmethod
+    def _leaves(conn: sqlite3.Connection) -> int | None:
+        """The rows FTS5 counts (its averages record), ``None`` if it can not be read."""
+        try:
+            row = conn.execute(f"SELECT block FROM {LEXICAL_TABLE}_data WHERE id = 1").fetchone()  # noqa: S608
+            return None if row is None else _varint(bytes(row[0]), 0)[0]
+        except (sqlite3.Error, IndexError, TypeError):
+            return None
 
     def lexical_keys(self) -> set[str]:
         """Every key the table holds (for ``verify``)."""
