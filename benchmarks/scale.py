@@ -17,7 +17,9 @@ but not the verdict. Corpora are built once per checkout and size under
 added with ``HashEmbedding`` (384 dims) into a ``FaissIndex("Flat")`` retriever
 with the defaults (``hybrid=True``) until it holds the size in children.
 
-- *s2b*: ``SmallToBigRetriever.load`` of its ``save``; ``save`` itself.
+- *s2b*: ``SmallToBigRetriever.load`` of its ``save``; ``save`` itself. Then three
+  questions, each timed first (right after ``load``) and warm (again, after the
+  others): the worst ratio is the first-query row.
 - *baseline*: ``faiss.read_index`` of the same vectors plus ``json.loads`` of
   every line of one JSONL file with the same text (each leaf with its metadata,
   and each source document).
@@ -28,8 +30,7 @@ with the defaults (``hybrid=True``) until it holds the size in children.
 Memory is the process's resident set (``VmRSS``) after ``gc.collect()``, "at
 rest"; the peak (``VmHWM``) is reset through ``/proc/self/clear_refs`` just
 before a save. The floor is the vectors (children x 384 x 4 bytes) plus the
-sources' text (UTF-8 bytes). First query: the first ``invoke`` after ``load``
-against the median of ten warm ones (other questions).
+sources' text (UTF-8 bytes).
 
 **Command line**: folders of ``.txt`` articles indexed by ``s2b index
 --embedding fake`` into stores of ~1k and ~100k chunks (and ~1M with the
@@ -268,17 +269,23 @@ def work_load(side: str, where: str, mode: str) -> dict[str, Any]:
     peak = peak_mb()
     row: dict[str, Any] = {"load_s": load_s, "rss_before_mb": before, "rss_rest_mb": rss_mb()}
     row["load_peak_mb"] = peak
-    if side == "s2b":
-        t0 = time.perf_counter()
-        loaded.invoke(questions[0])
-        row["first_query_ms"] = (time.perf_counter() - t0) * 1000
-        warm = []
-        for q in questions[1:11]:
-            t0 = time.perf_counter()
-            loaded.invoke(q)
-            warm.append((time.perf_counter() - t0) * 1000)
-        row["warm_query_ms"] = statistics.median(warm)
+    if side == "s2b":  # the same questions first (after load) and warm (after the others)
+        first = [_timed_invoke(loaded, q) for q in questions[:3]]
+        others = [_timed_invoke(loaded, q) for q in questions[3:]]
+        warm = [
+            statistics.median(_timed_invoke(loaded, q) for _ in range(3)) for q in questions[:3]
+        ]
+        row["first_query_ms"] = first[0]
+        row["warm_query_ms"] = warm[0]
+        row["first_over_warm"] = max(f / w for f, w in zip(first, warm, strict=True))
+        row["other_queries_ms"] = statistics.median(others)
     return row
+
+
+def _timed_invoke(retriever: Any, question: str) -> float:
+    t0 = time.perf_counter()
+    retriever.invoke(question)
+    return (time.perf_counter() - t0) * 1000
 
 
 def work_cli_build(store: str, folder: str, chunks: int) -> dict[str, Any]:
@@ -392,6 +399,8 @@ def measure_api(
     s2b = loads["s2b"]
     out["first_query_ms"] = statistics.median(r["first_query_ms"] for r in s2b)
     out["warm_query_ms"] = statistics.median(r["warm_query_ms"] for r in s2b)
+    out["first_over_warm"] = statistics.median(r["first_over_warm"] for r in s2b)
+    out["other_queries_ms"] = statistics.median(r["other_queries_ms"] for r in s2b)
     out["load_peak_over_rest"] = max(r["load_peak_mb"] / r["rss_rest_mb"] for r in s2b)
     return [out]
 
@@ -531,11 +540,11 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["save_s"] <= 2 * r["peer_save_s"],
         )
         add(
-            f"first query after load / warm query, {mode}, {n}",
-            f"{r['first_query_ms']:.1f} / {r['warm_query_ms']:.1f} ms = "
-            f"{r['first_query_ms'] / r['warm_query_ms']:.2f}x",
+            f"first query after load / the same query warm, {mode}, {n}",
+            f"{r['first_query_ms']:.1f} / {r['warm_query_ms']:.1f} ms; worst of 3 questions "
+            f"{r['first_over_warm']:.2f}x",
             "<= 2x",
-            r["first_query_ms"] <= 2 * r["warm_query_ms"],
+            r["first_over_warm"] <= 2,
         )
     for r in (r for r in rows if r["section"] == "cli"):
         if r["command"].startswith("s2b query"):

@@ -96,7 +96,7 @@ class Shapes:
         """``(dict with placeholders, per-node names, whether the key is derived)`` of a shape."""
         found = self._parsed.get(shape)
         if found is None:
-            pairs = json.loads(self.texts[shape])
+            pairs = _pairs(self.texts[shape], shape)
             template: dict[str, Any] = {}
             varying: list[str] = []
             for pair in pairs:
@@ -120,20 +120,20 @@ class Shapes:
             return None
         return f"{template['source_key']}/{template['level']}/{split_id}"
 
-    def check(self) -> None:
-        """Parse every shape (a file read back): ``ValueError`` naming a malformed one."""
-        for i, text in enumerate(self.texts):
-            try:
-                pairs = json.loads(text)
-                ok = isinstance(pairs, list) and all(
-                    isinstance(p, list) and len(p) in (1, 2) and isinstance(p[0], str)
-                    for p in pairs
-                )
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                msg = f"shape {i} is not a list of [name, value] pairs: {text[:80]!r}"
-                raise ValueError(msg)
+
+def _pairs(text: str, shape: int) -> list[list[Any]]:
+    """A shape's ``[name, value]`` pairs; ``ValueError`` naming a malformed one (a file read)."""
+    try:
+        pairs = json.loads(text)
+        ok = isinstance(pairs, list) and all(
+            isinstance(p, list) and len(p) in (1, 2) and isinstance(p[0], str) for p in pairs
+        )
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        msg = f"shape {shape} is not a list of [name, value] pairs: {text[:80]!r}"
+        raise ValueError(msg)
+    return pairs  # type: ignore[no-any-return]
 
 
 def _numbers(meta: Mapping[str, Any]) -> tuple[int, int, int]:

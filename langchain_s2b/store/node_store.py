@@ -321,8 +321,7 @@ class NodeStore(BaseStore[str, Document]):
             raise _damaged(where, f"it can not be read ({err})") from None
         store = cls()
         store.shapes = Shapes.from_texts(shapes)
-        try:
-            store.shapes.check()
+        try:  # a shape is checked when first decoded (a crafted one: a ValueError then)
             store._fill(cols, raw, names)
             for number, line in enumerate(other, start=1):
                 store._read_other(number, line)

@@ -34,7 +34,8 @@ ARRAYS_FILE = "records.npz"
 TEXT_FILE = "records.utf8"
 SHAPES_FILE = "records.shapes.jsonl"
 KEYS_FILE = "records.keys.jsonl"
-FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, KEYS_FILE)
+GROUPS_FILE = "records.groups.json"
+FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, KEYS_FILE, GROUPS_FILE)
 _NO_SHAPE = -1
 """A row whose metadata is kept whole (``_objects``), not as a shape."""
 _GARBAGE = 0.5
@@ -309,6 +310,13 @@ class Records:
             shapes = self.shapes
         named = np.asarray([int(r) in self._names for r in rows.tolist()], dtype=np.bool_)
         lengths = self._length.data[rows]
+        row_group = np.full(self._shape.size, -1, dtype=np.int64)
+        groups: list[list[str]] = []
+        for (source, level), slots in self._slots.items():
+            live = slots.used[slots.used >= 0]
+            if len(live):
+                row_group[live] = len(groups)
+                groups.append([source, level])
         np.savez(
             directory / ARRAYS_FILE,
             rows=rows,
@@ -318,7 +326,9 @@ class Records:
             end=self._end.data[rows],
             length=lengths,
             named=named,
+            group=row_group[rows],
         )
+        (directory / GROUPS_FILE).write_text(json.dumps(groups) + "\n", encoding="utf-8")
         with (directory / TEXT_FILE).open("wb") as out:
             for row in rows.tolist():
                 start = int(self._offset.data[row])
@@ -345,25 +355,43 @@ class Records:
             shape_lines = _lines((directory / SHAPES_FILE).read_text(encoding="ascii"))
             key_lines = _lines((directory / KEYS_FILE).read_text(encoding="ascii"))
             names = [json.loads(line) for line in key_lines]
+            groups = json.loads((directory / GROUPS_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError as err:
             raise _damaged(Path(err.filename or where), "the file is missing") from None
         except (OSError, ValueError, KeyError) as err:  # zip, JSON, text errors
             raise _damaged(where, f"it can not be read ({err})") from None
         records = cls()
         records.shapes = Shapes.from_texts(shape_lines)
-        try:
-            records.shapes.check()
-            records._fill(cols, text, names, limit)
+        try:  # a shape is checked when first decoded (a crafted one: a ValueError then)
+            records._fill(cols, text, names, groups, limit)
         except (ValueError, KeyError, IndexError, TypeError) as err:
             raise _damaged(where, str(err)) from None
         return records
 
-    def _fill(self, cols: dict[str, np.ndarray], text: bytes, names: list[Any], limit: int) -> None:
+    def _fill(
+        self,
+        cols: dict[str, np.ndarray],
+        text: bytes,
+        names: list[Any],
+        groups: Any,
+        limit: int,
+    ) -> None:
         rows = _column(cols, "rows", np.int64)
         n = len(rows)
         arrays = {name: _column(cols, name, np.int64, n) for name in ("shape", "split")}
         arrays |= {name: _column(cols, name, np.int64, n) for name in ("start", "end", "length")}
         named = _column(cols, "named", np.bool_, n)
+        group = _column(cols, "group", np.int64, n)
+        ok = isinstance(groups, list) and all(
+            isinstance(g, list) and len(g) == 2 and all(isinstance(x, str) and x for x in g)
+            for g in groups
+        )
+        if not ok or (n and (group.max() >= len(groups) or group.min() < -1)):
+            msg = "the groups file does not match the rows"
+            raise ValueError(msg)
+        if not np.array_equal(group < 0, named):
+            msg = "a row has both a key of its own and a derived one, or neither"
+            raise ValueError(msg)
         if n and (rows.min() < 0 or rows.max() >= limit or len(np.unique(rows)) != n):
             msg = f"row ids must be distinct and in [0, {limit})"
             raise ValueError(msg)
@@ -393,10 +421,15 @@ class Records:
         self._live.data[rows] = True
         self._blocks = [text]
         self._count = n
-        self._index_keys(rows, shapes, named, names)
+        self._index_keys(rows, group, named, names, groups)
 
     def _index_keys(
-        self, rows: np.ndarray, shapes: np.ndarray, named: np.ndarray, names: list[str]
+        self,
+        rows: np.ndarray,
+        group: np.ndarray,
+        named: np.ndarray,
+        names: list[str],
+        groups: list[list[str]],
     ) -> None:
         """The key maps: named keys one by one, derived ones as arrays per source and level."""
         for row, key in zip(rows[named].tolist(), names, strict=True):
@@ -406,27 +439,30 @@ class Records:
             tail = self.record_meta_source(row)
             self._name(row, key, {"source_key": tail} if tail is not None else {})
         derived = ~named
-        d_rows, d_shapes, d_split = rows[derived], shapes[derived], self._split.data[rows[derived]]
-        for shape in np.unique(d_shapes).tolist():
-            template, varying, keyed = self.shapes.template(shape)
-            if not keyed or "split_id" not in varying:
-                msg = f"rows of shape {shape} have no derived key and no key of their own"
+        d_rows, d_group, d_split = rows[derived], group[derived], self._split.data[rows[derived]]
+        if len(d_split) and d_split.min() < 0:
+            msg = "a split id is negative"
+            raise ValueError(msg)
+        order = np.lexsort((d_split, d_group))
+        cuts = np.flatnonzero(np.diff(d_group[order])) + 1
+        for members in np.split(order, cuts) if len(order) else []:
+            source, level = groups[int(d_group[members[0]])]
+            if (source, level) in self._slots:
+                msg = f"source {source!r}, level {level!r} is listed twice"
                 raise ValueError(msg)
-            mine = d_shapes == shape
-            source, level = str(template["source_key"]), str(template["level"])
-            splits, members = d_split[mine], d_rows[mine]
-            if len(splits) and splits.min() < 0:
-                msg = "a split id is negative"
+            splits, found = d_split[members], d_rows[members]
+            template, varying, keyed = self.shapes.template(int(self._shape.data[found[0]]))
+            named_by = (template.get("source_key"), template.get("level"))
+            if not keyed or "split_id" not in varying or named_by != (source, level):
+                msg = f"the rows of source {source!r}, level {level!r} have another shape"
                 raise ValueError(msg)
-            slots = self._slots.get((source, level))
-            if slots is None:
-                slots = self._slots[(source, level)] = Column(np.int64, -1)
-                self._levels.setdefault(source, []).append(level)
-            slots.ensure(int(splits.max()) + 1)
-            if (slots.data[splits] >= 0).any() or len(np.unique(splits)) != len(splits):
+            if (np.diff(splits) == 0).any():
                 msg = f"a key of source {source!r}, level {level!r} is given twice"
                 raise ValueError(msg)
-            slots.data[splits] = members
+            slots = self._slots[(source, level)] = Column(np.int64, -1)
+            self._levels.setdefault(source, []).append(level)
+            slots.ensure(int(splits[-1]) + 1)
+            slots.data[splits] = found
         for key in self._named:
             if self.row_derived(key) >= 0:
                 msg = f"the key {key!r} is given twice"
