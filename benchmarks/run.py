@@ -19,7 +19,10 @@ verdict. Sections:
 * persist -- ``save``/``load`` of the biggest retriever (``--full``);
 * pgvector -- the same retriever on PostgreSQL + pgvector, when a server is configured;
 * cli -- ``s2b index`` with the offline model vs the model alone (``cli_bench.py``);
-* targets -- every target of issue 14 next to its figure from this run.
+* scale -- opening, saving and memory of a saved retriever against ``faiss.read_index``
+  plus one JSONL and against LangChain's ``FAISS.load_local``, per mode, and ``s2b
+  query``/``--version``/``list`` on stores of 1k to 1M chunks (``scale.py``, issue 21);
+* targets -- every target of issues 14 and 21 next to its figure from this run.
 
 ``--code DIR`` measures the ``langchain_s2b`` of another checkout with this same
 script (a baseline: ``--code ../main``).
@@ -178,11 +181,10 @@ class Corpus:
             self.embedding.seconds = self.embedding.cpu_seconds = 0.0
             raw = self.index._index
             timer = self.index._index = AddTimer(raw)
-            children = self.retriever._io.index
-            lexical = getattr(children, "lexical", None)
+            lexical = self.index._lexical  # FaissIndex's own (built when a hybrid retriever opens)
             text_timer = AddTimer(lexical, "add")
             if lexical is not None:  # hybrid: the BM25 index add is an index add too
-                children.lexical = text_timer
+                self.index._lexical = text_timer
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = self.retriever.add_documents(docs)
@@ -190,7 +192,7 @@ class Corpus:
                 total, cpu = time.perf_counter() - t0, time.process_time() - c0
                 self.index._index = raw
                 if lexical is not None:
-                    children.lexical = lexical
+                    self.index._lexical = lexical
             self.children += result.num_children
             emb = self.embedding
             self.steps.append(
@@ -595,7 +597,6 @@ def run_memory(mode: str, target: int = 10_000) -> None:
     chars_per_child = 400 if mode == "parent" else 150
     synth = Synthesiser(seed=11)
     docs = list(synth.documents(int(target * chars_per_child / 33_000) + 1, start=100))
-    source_chars = sum(len(d.page_content) for d in docs)
     index = FaissIndex(HashEmbedding(DIM))
     retriever = SmallToBigRetriever(vectorstore=index, mode=mode, **mode_fields(mode))
     tracemalloc.start()
@@ -605,23 +606,19 @@ def run_memory(mode: str, target: int = 10_000) -> None:
     used = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     children = len(index)
-    stored: dict[int, int] = {}
-    keys = list(retriever.docstore.yield_keys())
-    for doc in retriever.docstore.mget(keys):
-        if doc is not None:
-            stored[id(doc.page_content)] = len(doc.page_content)
-    for text, _ in index._records.values():
-        stored[id(text)] = len(text)
-    sources = {id(d.page_content) for d in docs}
-    copies = sum(v for k, v in stored.items() if k not in sources) / source_chars
-    child_text = sum(len(t) for t, _ in index._records.values())
+    source_bytes = sum(len(d.page_content.encode("utf-8", "surrogatepass")) for d in docs)
+    rows = index._rows
+    child_text = sum(len(block) for block in getattr(rows, "_blocks", []))  # UTF-8, once
+    nodes = retriever.docstore
+    node_text = sum(len(t) for t in getattr(nodes, "_texts", {}).values())
+    copies = (child_text + node_text) / source_bytes
     record(
         "memory",
         mode=mode,
         children=children,
         heap_bytes_per_child=used / children,
         child_text_bytes_per_child=child_text / children,
-        beyond_text_bytes_per_child=(used - child_text) / children,
+        beyond_text_bytes_per_child=(used - child_text - node_text) / children,
         text_stored_vs_source=copies,
         vector_bytes_per_child=DIM * 4,
     )
@@ -937,6 +934,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-hnsw", action="store_true", help="skip HNSW32 (~10 s / 2 min build)")
     parser.add_argument("--code", type=Path, help="measure the langchain_s2b of this checkout")
     parser.add_argument("--render", type=Path, help="print the tables of a --json file and stop")
+    parser.add_argument(
+        "--scale-dir", type=Path, default=Path("/tmp/s2b-scale"),
+        help="where scale.py keeps its corpora between runs (reused)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text())
@@ -996,8 +997,21 @@ def main(argv: list[str] | None = None) -> int:
             record(**row)
     if "pgvector" not in skip:
         run_pgvector(queries[:50], 5_000, args.reps)
+    scale_rows: list[dict[str, Any]] = []
+    if "scale" not in skip:  # issue 21: each side in fresh processes (scale.py)
+        from scale import measure as scale_measure
+
+        code = args.code or Path(__file__).resolve().parents[1]
+        scale_sizes = [100_000] + ([1_000_000] if args.full else [])
+        scale_rows = scale_measure(code, args.scale_dir, scale_sizes, list(args.modes))
+        ROWS.extend(scale_rows)
     for row in targets(ROWS):
         ROWS.append({"section": "targets", **row})
+    if scale_rows:
+        from scale import targets as scale_targets
+
+        for row in scale_targets(scale_rows):
+            ROWS.append({**row, "section": "targets (issue 21)"})
     info["load average at end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     info["code"] = str(args.code or Path(__file__).resolve().parents[1])
     print("machine:", json.dumps(info))

@@ -53,7 +53,7 @@ from langchain_s2b.core.filters import Filter, check_filter, matches_filter
 from langchain_s2b.core.tree import NODE_FIELDS
 from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.records import FILES as RECORD_FILES
-from langchain_s2b.store.records import Records, RowsByKey
+from langchain_s2b.store.records import Records, RowsByKey, RowStore
 
 INDEX_FILE = "children.faiss"
 HEADER_FILE = "children.json"
@@ -126,7 +126,7 @@ class FaissIndex(VectorStore):
         self._staging: Any = None
         self._dim: int | None = None
         self._next_id = 0
-        self._rows: Records = Records()
+        self._rows: RowStore = Records()
         """Each live row's key, text and metadata, as columns (:mod:`.records`)."""
         self._dead: set[int] = set()
         """Rows deleted from the maps whose vectors the index could not remove."""

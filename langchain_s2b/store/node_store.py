@@ -180,7 +180,6 @@ class NodeStore(BaseStore[str, Document]):
             level = self._levels[(source, level_name)] = _Level()
         if split >= level.shape.size:
             level.ensure(max(split + 1, 2 * level.shape.size))
-        level.shape.data[split] = shape
         level.start.data[split] = start
         level.end.data[split] = end
         if own:
@@ -189,6 +188,7 @@ class NodeStore(BaseStore[str, Document]):
             assert text is not None
             level.bstart.data[split] = batch.offset(source, text, start)
             level.bend.data[split] = batch.offset(source, text, end)
+        level.shape.data[split] = shape  # last: a reader sees the node whole or not at all
         self._held[source] = self._held.get(source, 0) + 1
         return True
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,6 +40,63 @@ _NO_SHAPE = -1
 """A row whose metadata is kept whole (``_objects``), not as a shape."""
 _GARBAGE = 0.5
 """Share of dead text bytes at which the text blocks are rewritten with the live rows only."""
+
+
+class RowStore(Protocol):
+    """What ``FaissIndex`` needs of the place its rows live (here, or a database)."""
+
+    def __len__(self) -> int: ...
+
+    def add(
+        self,
+        rows: Sequence[int],
+        keys: Sequence[str],
+        texts: Sequence[str],
+        metas: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Add new rows."""
+
+    def remove(self, rows: Sequence[int]) -> None:
+        """Remove live rows."""
+
+    def clear(self) -> None:
+        """Remove every row."""
+
+    def row(self, key: str) -> int:
+        """The row of ``key`` (``-1``: not held)."""
+
+    def key(self, row: int) -> str | None:
+        """The key of a live row."""
+
+    def record(self, row: int) -> Record | None:
+        """``(key, text, metadata)`` of a row."""
+
+    def records(self, rows: Sequence[int]) -> list[Record | None]:
+        """``(key, text, metadata)`` of each row."""
+
+    def meta(self, row: int) -> dict[str, Any]:
+        """The metadata of a live row."""
+
+    def keys(self) -> list[str]:
+        """Every key held."""
+
+    def entries(self) -> Iterator[Record]:
+        """Every live row's record."""
+
+    def live_rows(self) -> np.ndarray:
+        """The live row ids, ascending."""
+
+    def sources(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(source key, metadata of one of its rows)`` per source."""
+
+    def source_rows(self, source: str) -> np.ndarray:
+        """The live rows of one source."""
+
+    def unsourced(self) -> list[int]:
+        """Live rows whose metadata names no source."""
+
+    def write(self, directory: Path, rows: np.ndarray | None = None) -> list[str]:
+        """Write the rows into ``directory``; the names written."""
 
 
 class Records:
@@ -487,7 +544,7 @@ class Records:
 class RowsByKey(Mapping[str, int]):
     """A read-only ``key -> row`` view of :class:`Records` (the live rows)."""
 
-    def __init__(self, records: Records) -> None:
+    def __init__(self, records: RowStore) -> None:
         self._records = records
 
     def __getitem__(self, key: str) -> int:

@@ -556,6 +556,11 @@ class SQLiteRows:
         """Rows whose metadata names no source: none here (every leaf has its source)."""
         return []
 
+    def write(self, directory: Path, rows: np.ndarray | None = None) -> list[str]:
+        """Not here: the database is the store's file (``save`` is for ``FaissIndex``)."""
+        msg = "SQLiteFaissIndex keeps its rows in its database; it is not saved into a directory."
+        raise ValueError(msg)
+
 
 def _vector_ids(conn: sqlite3.Connection, hashes: Sequence[bytes]) -> dict[bytes, int]:
     out: dict[bytes, int] = {}
@@ -601,7 +606,8 @@ class SQLiteFaissIndex(FaissIndex):
         self.db = embedding.db
         self.docstore = docstore
         self.lexical_index = SQLiteLexical(self.db, self.matching_sources, self._metadata)
-        self._rows = SQLiteRows(self.db, docstore, self.lexical_index)  # type: ignore[assignment]
+        self._sql = SQLiteRows(self.db, docstore, self.lexical_index)
+        self._rows = self._sql
         self.read_only = False
         """Opened memory-mapped: a write is refused (FAISS can not add to a mapped index)."""
         self.unrestored: list[str] = []
@@ -612,7 +618,7 @@ class SQLiteFaissIndex(FaissIndex):
     @property
     def released(self) -> set[int]:
         """Vector ids of deleted leaves (candidates for ``collect_garbage``)."""
-        return self._rows.released  # type: ignore[attr-defined,no-any-return]
+        return self._sql.released
 
     def lexical_backend(self) -> SQLiteLexical:
         """The lexical index a hybrid retriever searches: FTS5 in the same database."""
