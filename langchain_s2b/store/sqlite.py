@@ -12,12 +12,15 @@ document before it is written; anything that would not come back equal is kept
 whole (foreign documents, manifests).
 
 Consistency: the docstore (:class:`SQLiteDocStore`), the child index
-(:class:`SQLiteFaissIndex`: the ``children`` table maps each leaf key to a
-vector) and the vectors share one connection, so a writer's transaction
-(:meth:`Database.write`) commits nodes, manifests and child vectors together or
-not at all. The FAISS index is not a file: it is rebuilt in memory from the
-``children`` and ``vectors`` tables when the store is opened, inside one read
-transaction (a WAL snapshot), so a reader never sees half a write.
+(:class:`SQLiteFaissIndex`: the ``children`` table gives each leaf key its row
+number, its FAISS id, and its vector; the ``lexical`` FTS5 table its terms) and
+the vectors share one connection, so a writer's transaction
+(:meth:`Database.write`) commits nodes, manifests, child vectors and terms
+together or not at all. The FAISS index of a commit is a file named after the
+database's commit counter (:func:`index_file`), read by every command that
+reads that state (one read transaction, a WAL snapshot, so a reader never sees
+half a write); it is built from the ``children`` and ``vectors`` tables only
+when there is no file for that state.
 
 Vectors are content-addressed (SHA-256 of the embedded text,
 :class:`CachedEmbeddings`): a passage that was embedded once, for a file that
