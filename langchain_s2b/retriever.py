@@ -186,11 +186,7 @@ class SmallToBigRetriever(BaseRetriever):
         self._levels = check_levels(
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
-        index = (
-            HybridChildIndex(self.vectorstore, self.docstore)
-            if self.hybrid
-            else ChildIndex(self.vectorstore)
-        )
+        index = HybridChildIndex(self.vectorstore) if self.hybrid else ChildIndex(self.vectorstore)
         self._io = Runner(index, self.docstore)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:

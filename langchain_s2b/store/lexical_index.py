@@ -38,6 +38,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from langchain_s2b.core.stored import Entry
+
 _KEY = "key"
 _SOURCE = "source"
 _TEXT = "text"
@@ -52,9 +54,6 @@ WORDS = (
     r"|[\p{L}\p{M}\p{N}]+"
 )
 """What one term is (a regular expression, in tantivy's syntax)."""
-
-Entry = tuple[str, str, dict[str, Any]]
-"""``(key, text, metadata)`` of one leaf."""
 
 
 def _tantivy() -> Any:
