@@ -8,6 +8,9 @@ index, and knows every leaf the store holds:
   records on first use, then written and removed with every vector under its
   own lock, saved and loaded with it. Every retriever that shares one
   ``FaissIndex`` shares its lexical index.
+- ``PGVector``: PostgreSQL's own full-text search, in the collection's
+  database (:mod:`~langchain_s2b.store.pg_lexical`), so every process that opens
+  the collection finds what any other wrote.
 - Any other child store gets one filled with the docstore's leaves (every
   manifest's leaves) before its first search or write, by the runner (so an
   async-only docstore is read asynchronously), shared by every retriever of
@@ -37,14 +40,15 @@ from langchain_core.vectorstores import VectorStore
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.child_index import ChildIndex
-from langchain_s2b.store.lexical_index import LexicalIndex
+from langchain_s2b.store.lexical_index import Lexical, LexicalIndex
+from langchain_s2b.store.pg_lexical import PgLexical, is_pgvector
 
 
 @dataclass
 class _Shared:
     """The lexical index of one child store object, and whether it holds the stored leaves."""
 
-    lexical: LexicalIndex
+    lexical: Lexical
     built: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -61,7 +65,7 @@ class HybridChildIndex(ChildIndex):
         self._shared: _Shared | None = None if self.faiss is not None else _shared(vectorstore)
 
     @property
-    def lexical(self) -> LexicalIndex:
+    def lexical(self) -> Lexical:
         """The lexical index of this child store."""
         if self.faiss is not None:
             return self.faiss.lexical()
@@ -69,7 +73,7 @@ class HybridChildIndex(ChildIndex):
         return self._shared.lexical
 
     @property
-    def _own(self) -> LexicalIndex | None:
+    def _own(self) -> Lexical | None:
         """The lexical index this class writes (``None``: ``FaissIndex`` writes its own)."""
         return None if self._shared is None else self._shared.lexical
 
@@ -174,16 +178,27 @@ class HybridChildIndex(ChildIndex):
 
 
 def _shared(vectorstore: VectorStore) -> _Shared:
-    """The lexical index of a child store other than ``FaissIndex``, one per store object."""
+    """The lexical index of a child store other than ``FaissIndex``, one per store object.
+
+    ``PGVector``: PostgreSQL's full-text search in its own database (rows
+    another process wrote are there already); any other: tantivy in memory.
+    """
     try:
         found = _SHARED.get(vectorstore)
     except TypeError:  # a store that can not be weakly referenced: this retriever's own
-        return _Shared(LexicalIndex())
+        return _new_shared(vectorstore)
     if found is None:
-        found = _Shared(LexicalIndex())
+        found = _new_shared(vectorstore)
         with contextlib.suppress(TypeError):
             _SHARED[vectorstore] = found
     return found
+
+
+def _new_shared(vectorstore: VectorStore) -> _Shared:
+    if is_pgvector(vectorstore):
+        lexical = PgLexical(vectorstore)
+        return _Shared(lexical, built=len(lexical) > 0)
+    return _Shared(LexicalIndex())
 
 
 def _entries(leaves: list[Document]) -> list[Entry]:

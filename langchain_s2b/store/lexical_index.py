@@ -36,7 +36,7 @@ import unicodedata
 from collections.abc import Callable, Collection, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_s2b.core.stored import Entry
 
@@ -95,6 +95,37 @@ def query_terms(query: str) -> list[str]:
 def source_of(key: str) -> str:
     """The (generation) source key a leaf key starts with."""
     return key.split("/", 1)[0]
+
+
+class Lexical(Protocol):
+    """What the child index needs of a lexical index, in whatever engine it lives."""
+
+    def add(self, entries: Sequence[Entry]) -> None:
+        """Index leaves under their keys (replacing), in one commit."""
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove leaves by key, in one commit."""
+
+    def search(
+        self,
+        query: str,
+        n: int,
+        *,
+        sources: Collection[str] | None = None,
+        keep: Callable[[str, dict[str, Any]], bool] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The ``n`` best leaves that pass, best first."""
+
+    def entries(self) -> list[Entry]:
+        """Every leaf held."""
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every ``(key, text)`` held."""
+
+    def keys(self) -> set[str]:
+        """Every key held."""
+
+    def __len__(self) -> int: ...
 
 
 class LexicalIndex:
