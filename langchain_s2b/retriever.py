@@ -120,7 +120,7 @@ class SmallToBigRetriever(BaseRetriever):
     """Splitter of the parent level in parent mode (default: ~1,200 tokens)."""
     k: int = Field(default=4, gt=0)
     """Results per query (parents, windows or contexts)."""
-    fetch_k: int = Field(default=20, gt=0)
+    fetch_k: int = Field(default=16, gt=0)
     """Children fetched by the first search; doubled until ``k`` results exist."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Defaults for per-call options (``filter``, ``window_size`` ...)."""

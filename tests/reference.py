@@ -277,7 +277,7 @@ class Settings:
     """The retrieval options the reference reads."""
 
     k: int = 4
-    fetch_k: int = 20
+    fetch_k: int = 16
     before: int = 3
     after: int = 3
     coalesce: bool = True

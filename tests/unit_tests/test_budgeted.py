@@ -247,11 +247,11 @@ def test_a_budget_below_every_hit_returns_nothing_after_one_search() -> None:
     index.search = counting  # type: ignore[method-assign]
     store.mgets.clear()
     assert retriever.invoke("alpha", max_tokens=1) == []  # "Alpha. " alone costs 2 tokens
-    assert (searches, store.mgets) == ([20], [])
+    assert (searches, store.mgets) == ([16], [])
     # one more token, and the one hit within the margin comes back (the next scores .71)
     (doc,) = retriever.invoke("alpha", max_tokens=2)
     assert doc.page_content == "Alpha. "
-    assert (searches, store.mgets) == ([20, 20], [2])  # the hit and its next-door neighbour
+    assert (searches, store.mgets) == ([16, 16], [2])  # the hit and its next-door neighbour
 
 
 def test_under_hybrid_search_the_score_stays_the_cosine() -> None:
