@@ -138,8 +138,7 @@ class HybridChildIndex(ChildIndex):
     def _take_text(self, keys: list[str]) -> list[Entry]:
         """Remove ``keys`` from the lexical index; what it held, to put back on a failure."""
         assert self._own is not None
-        wanted = set(keys)
-        held = [entry for entry in self._own.entries() if entry[0] in wanted]
+        held = self._own.entries(set(keys))
         self._own.delete(keys)
         return held
 

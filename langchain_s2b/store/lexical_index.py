@@ -116,8 +116,8 @@ class Lexical(Protocol):
     ) -> list[tuple[str, float]]:
         """The ``n`` best leaves that pass, best first."""
 
-    def entries(self) -> list[Entry]:
-        """Every leaf held."""
+    def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
+        """Every leaf held (of ``keys``, if given)."""
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(key, text)`` held."""
@@ -203,9 +203,17 @@ class LexicalIndex:
             depth *= 2
         return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:n]
 
-    def entries(self) -> list[Entry]:
-        """Every ``(key, text, metadata)`` held, by key."""
-        return _entries(self._index)
+    def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
+        """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key."""
+        if keys is None:
+            return _entries(self._index)
+        if not keys:
+            return []
+        tantivy = _tantivy()
+        searcher = self._index.searcher()
+        only = tantivy.Query.term_set_query(self._schema, _KEY, sorted(keys))
+        hits = searcher.search(only, len(keys)).hits
+        return sorted(_entry(searcher.doc(address)) for _, address in hits)
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(key, text)`` held, by key."""
@@ -318,10 +326,11 @@ def _entries(index: Any) -> list[Entry]:
     if not total:
         return []
     hits = searcher.search(_tantivy().Query.all_query(), total).hits
-    docs = [searcher.doc(address) for _, address in hits]
-    return sorted(
-        (str(d[_KEY][0]), bytes(d[_BODY][0]).decode("utf-8"), json.loads(d[_META][0])) for d in docs
-    )
+    return sorted(_entry(searcher.doc(address)) for _, address in hits)
+
+
+def _entry(doc: Any) -> Entry:
+    return str(doc[_KEY][0]), bytes(doc[_BODY][0]).decode("utf-8"), json.loads(doc[_META][0])
 
 
 def _well_formed(text: str) -> str:

@@ -144,12 +144,19 @@ class PgLexical:
                 return pairs[:n]
             depth *= 2
 
-    def entries(self) -> list[Entry]:
-        """Every ``(key, text, metadata)`` held, by key."""
-        found = self._run(
-            "SELECT key, body, meta FROM s2b_lexical WHERE collection = :c ORDER BY key",
-            {"c": self._collection},
-        )
+    def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
+        """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key."""
+        if keys is None:
+            found = self._run(
+                "SELECT key, body, meta FROM s2b_lexical WHERE collection = :c ORDER BY key",
+                {"c": self._collection},
+            )
+        else:
+            found = self._run(
+                "SELECT key, body, meta FROM s2b_lexical WHERE collection = :c "
+                "AND key = ANY(:keys) ORDER BY key",
+                {"c": self._collection, "keys": sorted(keys)},
+            )
         return [(str(key), str(body), dict(meta)) for key, body, meta in found]
 
     def items(self) -> list[tuple[str, str]]:
