@@ -127,7 +127,7 @@ class SmallToBigRetriever(BaseRetriever):
     """Splitter of the parent level in parent mode (default: ~1,200 tokens)."""
     k: int = Field(default=4, gt=0)
     """Results per query (parents, windows or contexts)."""
-    fetch_k: int = Field(default=20, gt=0)
+    fetch_k: int = Field(default=16, gt=0)
     """Children fetched by the first search; doubled until ``k`` results exist."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Defaults for per-call options (``filter``, ``window_size`` ...)."""
@@ -193,11 +193,7 @@ class SmallToBigRetriever(BaseRetriever):
         self._levels = check_levels(
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
-        index = (
-            HybridChildIndex(self.vectorstore, self.docstore)
-            if self.hybrid
-            else ChildIndex(self.vectorstore)
-        )
+        index = HybridChildIndex(self.vectorstore) if self.hybrid else ChildIndex(self.vectorstore)
         self._io = Runner(index, self.docstore)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:

@@ -48,6 +48,13 @@ The contract, written once here:
   the ``context`` of its source (sources numbered by their best result). A
   counter that charges the merged runs more than the budget gets the last
   chosen leaves back until they fit.
+* **hybrid (under a budget).** The dense search goes ``max(fetch_k, 100)``
+  deep. BM25 (from its formula, over every leaf of the index, with the
+  library's analyser) ranks the leaves that pass the filter; its 100 best and
+  the dense hits are fused by ``z(dense) + 0.3 z(BM25)``, and that order is the
+  rank order of the rule above (scores stay the cosines; a leaf only BM25 found
+  gets its cosine from the index). Each result and match carries its
+  ``fused_score``.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_s2b.core.keys import encode_source_key, node_key
+from langchain_s2b.store.lexical_index import analyze
 
 Spans = Callable[[str], list[tuple[int, int]]]
 """A level's exact splitting: text -> raw spans (before tiling)."""
@@ -269,7 +277,7 @@ class Settings:
     """The retrieval options the reference reads."""
 
     k: int = 4
-    fetch_k: int = 20
+    fetch_k: int = 16
     before: int = 3
     after: int = 3
     coalesce: bool = True
@@ -277,6 +285,22 @@ class Settings:
     margin: float = 0.06
     token_counter: Callable[[str], int] | None = None
     """``None``: ``ceil(chars / 4)``."""
+    lexical: Lexical | None = None
+    """Hybrid search under a budget (``None``: dense only)."""
+    trace: dict[str, Any] = field(default_factory=dict)
+    """What a run computed on the way (``fused``: the fused scores), for the tests."""
+
+
+@dataclass
+class Lexical:
+    """What hybrid search reads: the query text and every leaf the child index holds."""
+
+    query: str
+    leaves: list[Node]
+    passes: Callable[[Node], bool]
+    """Whether a leaf passes the call's filter."""
+    cosine: Callable[[Node], float]
+    """A leaf's score against the query, as the child index gives it."""
 
 
 MULTILEVEL_BUDGET = 1024
@@ -395,13 +419,87 @@ def part(evidence: list[Hit], p: Part, rank_no: int) -> Document:
     return result(node.source, start, end, evidence, "multilevel", node.level, **extra)
 
 
+# Hybrid search: BM25 from its formula, fused with the dense list by z-scores ----------
+
+K1, B = 1.2, 0.75
+"""BM25's parameters (tantivy's, Lucene's)."""
+TOP_N = 100
+LEXICAL_WEIGHT = 0.3
+
+
+def bm25(query: list[str], docs: Mapping[str, list[str]]) -> dict[str, float]:
+    """Each document's BM25 score for the query terms (documents with none left out).
+
+    ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))`` with ``N`` documents, ``n`` of
+    them holding the term; a term counts ``tf (k1 + 1) / (tf + k1 (1 - b + b |D| / avgdl))``.
+    """
+    n_docs = len(docs)
+    if not n_docs:
+        return {}
+    avgdl = sum(len(terms) for terms in docs.values()) / n_docs
+    holding: dict[str, int] = {}
+    for terms in docs.values():
+        for term in set(terms):
+            holding[term] = holding.get(term, 0) + 1
+    out = {}
+    for key, terms in docs.items():
+        total = 0.0
+        for term in dict.fromkeys(query):
+            tf = terms.count(term)
+            if tf:
+                n = holding[term]
+                idf = math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
+                total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(terms) / avgdl))
+        if total > 0:
+            out[key] = total
+    return out
+
+
+def standardised(values: list[float]) -> list[float]:
+    """``(x - mean) / std`` (population); all equal -> zeros."""
+    if not values or max(values) == min(values):
+        return [0.0] * len(values)
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return [(v - mean) / std for v in values]
+
+
+def fuse(dense: list[Hit], lexical: Lexical, depth: int) -> tuple[list[Hit], dict[str, float]]:
+    """The dense hits and the ``depth`` best BM25 leaves that pass the filter, by fused score.
+
+    ``z(dense) + 0.3 z(BM25)``, each standardised over its own list; a leaf
+    one list lacks gets that list's lowest z. Ties: dense order, then the
+    lexical list's (BM25, then key).
+    """
+    node_of = {n.key: n for n in lexical.leaves}
+    docs = {
+        n.key: analyze(n.source.text[n.start : n.end]) for n in lexical.leaves
+    }  # statistics over every leaf of the index, whatever the filter
+    scores = bm25(analyze(lexical.query), docs)
+    ranked = sorted(
+        ((k, v) for k, v in scores.items() if lexical.passes(node_of[k])),
+        key=lambda pair: (-pair[1], pair[0]),
+    )[:depth]
+    by_key = {h.node.key: h for h in dense}
+    for key, _ in ranked:
+        by_key.setdefault(key, Hit(node_of[key], lexical.cosine(node_of[key])))
+    zd = dict(zip([h.node.key for h in dense], standardised([h.score for h in dense]), strict=True))
+    zl = dict(zip([k for k, _ in ranked], standardised([v for _, v in ranked]), strict=True))
+    low_d, low_l = min(zd.values(), default=0.0), min(zl.values(), default=0.0)
+    order = list(dict.fromkeys([h.node.key for h in dense] + [k for k, _ in ranked]))
+    fused = {k: zd.get(k, low_d) + LEXICAL_WEIGHT * zl.get(k, low_l) for k in order}
+    position = {k: i for i, k in enumerate(order)}
+    keys = sorted(order, key=lambda k: (-fused[k], position[k]))
+    return [by_key[k] for k in keys], fused
+
+
 # The budget -------------------------------------------------------------------------
 
 
 def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Document]:
     """The budget rule of the module docstring, step by step."""
     count = s.token_counter or (lambda text: tokens(len(text)))
-    fetch = s.fetch_k
+    fetch = max(s.fetch_k, TOP_N) if s.lexical is not None else s.fetch_k
     while True:
         ranked = sorted(oracle(fetch), key=lambda h: h.order)
         hits, exhausted = settle(ranked, fetch)
@@ -413,6 +511,10 @@ def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Docume
         if hits and tied < hits[0].score - s.margin:
             break
         fetch *= 2
+    fused: dict[str, float] | None = None
+    if s.lexical is not None:
+        hits, fused = fuse(hits, s.lexical, fetch)
+        s.trace["fused"] = fused
     best = max((h.score for h in hits), default=0.0)
     seeds = [h for h in hits[: s.fetch_k] if h.score > 0 and h.score >= best - s.margin]
 
@@ -496,7 +598,12 @@ def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Docume
             split_ids=[p[1] for p in run],
             tokens=count(first.source.text[start:end]),
         )
-        docs.append((min(seed_at[p] for p in run if p in seed_at), doc))
+        rank = min(seed_at[p] for p in run if p in seed_at)
+        if fused is not None:
+            doc.metadata["fused_score"] = fused[seeds[rank].node.key]
+            for match in doc.metadata["matches"]:
+                match["fused_score"] = fused[match["key"]]
+        docs.append((rank, doc))
     ordered = [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
     if mode == "multilevel":
         contexts: dict[str, int] = {}

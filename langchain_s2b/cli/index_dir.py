@@ -122,7 +122,7 @@ class Store:
             return False
         with self.db.write():
             upgrade(self.db)
-            self.index.lexical_index.rebuild_lexical(self.docstore)
+            self.index.lexical_index.rebuild_lexical()
         return True
 
     # Indexed files ------------------------------------------------------------------

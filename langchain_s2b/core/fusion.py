@@ -27,10 +27,10 @@ def z_scores(scores: Sequence[float]) -> list[float]:
     """Standardised scores (population std); all equal (or one) -> zeros."""
     if not scores:
         return []
+    if max(scores) == min(scores):  # not std == 0: a float mean of equal values may miss them
+        return [0.0] * len(scores)
     mean = sum(scores) / len(scores)
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
-    if std == 0.0:
-        return [0.0] * len(scores)
     return [(s - mean) / std for s in scores]
 
 

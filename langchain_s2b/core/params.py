@@ -18,7 +18,7 @@ class QueryParams:
 
     mode: str = "parent"
     k: int = 4
-    fetch_k: int = 20
+    fetch_k: int = 16
     filter: Any = None
     window_size: int = 1
     window_before: int | None = None

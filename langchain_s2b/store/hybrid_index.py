@@ -4,19 +4,24 @@
 of a retriever with ``hybrid=True``. The lexical index is part of the child
 index, and knows every leaf the store holds:
 
-- ``FaissIndex`` keeps it itself (:meth:`FaissIndex.lexical`): built from its
-  records on first use, then written and removed with every vector under its
-  own lock, saved and loaded with it. Every retriever that shares one
-  ``FaissIndex`` shares its lexical index.
+- ``FaissIndex`` keeps it itself (:meth:`FaissIndex.lexical`): read from its
+  save, or built from its records when a hybrid retriever opens it, then
+  written and removed with every vector under its own lock, saved and loaded
+  with it. Every retriever that shares one ``FaissIndex`` shares its lexical
+  index.
 - A child store that keeps a lexical index of its own, written in its own
   transactions, offers it as a :class:`LexicalBackend` (``lexical_backend()``;
   the command line's SQLite store: FTS5 in the same database). It is searched,
   listed and rebuilt through that backend, and nothing is built when it opens.
-- Any other child store gets one built from the docstore's leaves when the
-  retriever opens (every manifest's leaves), shared by every retriever of this
-  process over the same store object, and written with the vectors. A
-  docstore that can not list its keys can not be read that way:
-  ``hybrid=True`` is then refused in one line.
+- ``PGVector``: PostgreSQL's own full-text search, in the collection's
+  database (:mod:`~langchain_s2b.store.pg_lexical`), so every process that opens
+  the collection finds what any other wrote.
+- Any other child store gets one filled with the docstore's leaves (every
+  manifest's leaves) before its first search or write, by the runner (so an
+  async-only docstore is read asynchronously), shared by every retriever of
+  this process over the same store object, and written with the vectors. A
+  docstore that can not list its keys can not be read that way: ``hybrid=True``
+  is then refused in one line.
 
 Every write is one commit: vectors then text on add, text then vectors on
 delete (the part that can be put back goes first), and the part already done is
@@ -28,22 +33,32 @@ not at all, and undoes it as it undoes any other.
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
-from langchain_core.stores import BaseStore
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
-from langchain_s2b.core.ingest import leaf_keys
-from langchain_s2b.core.keys import is_manifest_key
+from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.child_index import ChildIndex
-from langchain_s2b.store.lexical_index import Entry, LexicalIndex
+from langchain_s2b.store.lexical_index import Lexical, LexicalIndex
+from langchain_s2b.store.pg_lexical import PgLexical, is_pgvector
 
-_BATCH = 1000
-_SHARED: weakref.WeakKeyDictionary[Any, LexicalIndex] = weakref.WeakKeyDictionary()
+
+@dataclass
+class _Shared:
+    """The lexical index of one child store object, and whether it holds the stored leaves."""
+
+    lexical: Lexical
+    built: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_SHARED: weakref.WeakKeyDictionary[Any, _Shared] = weakref.WeakKeyDictionary()
 """The lexical index of each child store object other than ``FaissIndex``, in this process."""
 
 
@@ -56,47 +71,59 @@ class LexicalBackend(Protocol):
     def lexical_keys(self) -> set[str]:
         """Every leaf key it holds."""
 
-    def rebuild_lexical(self, docstore: BaseStore[str, Document]) -> None:
+    def rebuild_lexical(self) -> None:
         """Write it again from the leaves the child store holds."""
 
 
 class HybridChildIndex(ChildIndex):
     """A child index whose leaves are also searchable by BM25, written in one commit.
 
-    Args:
-        vectorstore: the child store.
-        docstore: the docstore (the leaves' text, for a store with no lexical index).
-        lexical: the lexical index to use (default: the store's ``lexical_backend()``
-            when it offers one, else ``FaissIndex``'s own, else one built here).
+    The lexical index is the child store's ``lexical_backend()`` when it offers
+    one, else ``FaissIndex``'s own, else one shared per store object (see the
+    module).
     """
 
-    def __init__(
-        self,
-        vectorstore: VectorStore,
-        docstore: BaseStore[str, Document],
-        lexical: LexicalBackend | None = None,
-    ) -> None:
+    def __init__(self, vectorstore: VectorStore) -> None:
         super().__init__(vectorstore)
-        self._own: LexicalIndex | None = None
         offered = getattr(vectorstore, "lexical_backend", None)
-        self.backend = lexical if lexical is not None or not callable(offered) else offered()
+        self.backend: LexicalBackend | None = offered() if callable(offered) else None
+        self._shared: _Shared | None = None
         if self.backend is not None:
             return
         if self.faiss is None:
-            self._own = shared_lexical(vectorstore, docstore)
-        else:  # built now (once per index), so that every write reaches it and save keeps it
+            self._shared = _shared(vectorstore)
+        else:  # built now (once per index), so that no first query pays for it
             self.faiss.lexical()
 
     @property
-    def lexical(self) -> LexicalIndex:
-        """The lexical index of this child store (not one of a backend)."""
+    def lexical(self) -> Lexical:
+        """The lexical index of this child store (not a backend's)."""
         if self.backend is not None:
-            msg = f"This child index searches {type(self.backend).__name__}, not a LexicalIndex."
+            msg = f"This child index searches {type(self.backend).__name__}, not a Lexical index."
             raise TypeError(msg)
         if self.faiss is not None:
             return self.faiss.lexical()
-        assert self._own is not None
-        return self._own
+        assert self._shared is not None
+        return self._shared.lexical
+
+    @property
+    def _own(self) -> Lexical | None:
+        """The lexical index this class writes (``None``: ``FaissIndex`` writes its own)."""
+        return None if self._shared is None else self._shared.lexical
+
+    def needs_leaves(self) -> bool:
+        """Whether the lexical index has yet to read the docstore's leaves (see :meth:`fill`)."""
+        return self._shared is not None and not self._shared.built
+
+    def fill(self, entries: list[Entry]) -> None:
+        """Give the lexical index every leaf the docstore holds (once; the runner reads them)."""
+        shared = self._shared
+        if shared is None:
+            return
+        with shared.lock:
+            if not shared.built:
+                shared.lexical.add(entries)
+                shared.built = True
 
     def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Index leaves (with their vectors, if given) and their text, in one commit."""
@@ -145,8 +172,7 @@ class HybridChildIndex(ChildIndex):
     def _take_text(self, keys: list[str]) -> list[Entry]:
         """Remove ``keys`` from the lexical index; what it held, to put back on a failure."""
         assert self._own is not None
-        wanted = set(keys)
-        held = [entry for entry in self._own.entries() if entry[0] in wanted]
+        held = self._own.entries(set(keys))
         self._own.delete(keys)
         return held
 
@@ -171,57 +197,48 @@ class HybridChildIndex(ChildIndex):
             return self.backend.lexical_keys()
         return self.lexical.keys()
 
-    def rebuild_lexical(self, docstore: BaseStore[str, Document]) -> None:
-        """Build the lexical index again from its source of truth (``verify(repair=True)``)."""
+    def rebuild_lexical(self, entries: list[Entry] | None) -> None:
+        """Build the lexical index again (``verify(repair=True)``).
+
+        A backend from its child store; ``FaissIndex`` from its records; any
+        other store from ``entries``, the docstore's leaves.
+        """
         if self.backend is not None:
-            self.backend.rebuild_lexical(docstore)
+            self.backend.rebuild_lexical()
             return
         if self.faiss is not None:
             self.faiss.rebuild_lexical()
             return
-        assert self._own is not None
-        fresh = read_leaves(docstore)
-        self._own.delete(sorted(self._own.keys()))
-        self._own.add(fresh)
+        assert self._shared is not None
+        with self._shared.lock:
+            lexical = self._shared.lexical
+            lexical.delete(sorted(lexical.keys()))
+            lexical.add(entries or [])
+            self._shared.built = True
 
 
-def shared_lexical(vectorstore: VectorStore, docstore: BaseStore[str, Document]) -> LexicalIndex:
-    """The lexical index of a child store other than ``FaissIndex``, built once per process."""
+def _shared(vectorstore: VectorStore) -> _Shared:
+    """The lexical index of a child store other than ``FaissIndex``, one per store object.
+
+    ``PGVector``: PostgreSQL's full-text search in its own database (rows
+    another process wrote are there already); any other: tantivy in memory.
+    """
     try:
         found = _SHARED.get(vectorstore)
     except TypeError:  # a store that can not be weakly referenced: this retriever's own
-        found = None
-    if found is not None:
-        return found
-    lexical = LexicalIndex()
-    lexical.add(read_leaves(docstore))
-    with contextlib.suppress(TypeError):  # not weakly referable: this retriever's own
-        _SHARED[vectorstore] = lexical
-    return lexical
+        return _new_shared(vectorstore)
+    if found is None:
+        found = _new_shared(vectorstore)
+        with contextlib.suppress(TypeError):
+            _SHARED[vectorstore] = found
+    return found
 
 
-def read_leaves(docstore: BaseStore[str, Document]) -> list[Entry]:
-    """Every leaf that a manifest in ``docstore`` lists, as lexical entries."""
-    try:
-        keys = [key for key in docstore.yield_keys() if is_manifest_key(key)]
-    except NotImplementedError:
-        msg = (
-            f"hybrid=True needs the leaves' text of this child store, read from a docstore "
-            f"that can list its keys; {type(docstore).__name__} can not: pass hybrid=False."
-        )
-        raise ValueError(msg) from None
-    leaves: list[str] = []
-    for start in range(0, len(keys), _BATCH):
-        for manifest in docstore.mget(keys[start : start + _BATCH]):
-            if manifest is not None:
-                leaves.extend(leaf_keys(manifest))
-    entries: list[Entry] = []
-    for start in range(0, len(leaves), _BATCH):
-        batch = leaves[start : start + _BATCH]
-        for key, doc in zip(batch, docstore.mget(batch), strict=True):
-            if doc is not None:
-                entries.append((key, doc.page_content, dict(doc.metadata)))
-    return entries
+def _new_shared(vectorstore: VectorStore) -> _Shared:
+    if is_pgvector(vectorstore):
+        lexical = PgLexical(vectorstore)
+        return _Shared(lexical, built=len(lexical) > 0)
+    return _Shared(LexicalIndex())
 
 
 def _entries(leaves: list[Document]) -> list[Entry]:

@@ -45,7 +45,9 @@ import weakref
 from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from langchain_s2b.core.stored import Entry
 
 _KEY = "key"
 _SOURCE = "source"
@@ -61,9 +63,6 @@ WORDS = (
     r"|[\p{L}\p{M}\p{N}]+"
 )
 """What one term is (a regular expression, in tantivy's syntax)."""
-
-Entry = tuple[str, str, dict[str, Any]]
-"""``(key, text, metadata)`` of one leaf."""
 
 
 def _tantivy() -> Any:
@@ -105,6 +104,37 @@ def query_terms(query: str) -> list[str]:
 def source_of(key: str) -> str:
     """The (generation) source key a leaf key starts with."""
     return key.split("/", 1)[0]
+
+
+class Lexical(Protocol):
+    """What the child index needs of a lexical index, in whatever engine it lives."""
+
+    def add(self, entries: Sequence[Entry]) -> None:
+        """Index leaves under their keys (replacing), in one commit."""
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove leaves by key, in one commit."""
+
+    def search(
+        self,
+        query: str,
+        n: int,
+        *,
+        sources: Collection[str] | None = None,
+        keep: Callable[[str, dict[str, Any]], bool] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The ``n`` best leaves that pass, best first."""
+
+    def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
+        """Every leaf held (of ``keys``, if given)."""
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every ``(key, text)`` held."""
+
+    def keys(self) -> set[str]:
+        """Every key held."""
+
+    def __len__(self) -> int: ...
 
 
 class LexicalIndex:
@@ -205,14 +235,25 @@ class LexicalIndex:
             depth *= 2
         return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:n]
 
-    def entries(self) -> list[Entry]:
-        """Every ``(key, text, metadata)`` held, by key (an index that keeps documents)."""
+    def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
+        """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key.
+
+        Only an index that keeps documents has them.
+        """
         if not self.documents:
             msg = (
                 "This lexical index keeps keys only, not the leaves' text (its child index has it)."
             )
             raise ValueError(msg)
-        return _entries(self._index)
+        if keys is None:
+            return _entries(self._index)
+        if not keys:
+            return []
+        tantivy = _tantivy()
+        searcher = self._index.searcher()
+        only = tantivy.Query.term_set_query(self._schema, _KEY, sorted(keys))
+        hits = searcher.search(only, len(keys)).hits
+        return sorted(_entry(searcher.doc(address)) for _, address in hits)
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(key, text)`` held, by key."""
@@ -421,10 +462,11 @@ def _entries(index: Any) -> list[Entry]:
     if not total:
         return []
     hits = searcher.search(_tantivy().Query.all_query(), total).hits
-    docs = [searcher.doc(address) for _, address in hits]
-    return sorted(
-        (str(d[_KEY][0]), bytes(d[_BODY][0]).decode("utf-8"), json.loads(d[_META][0])) for d in docs
-    )
+    return sorted(_entry(searcher.doc(address)) for _, address in hits)
+
+
+def _entry(doc: Any) -> Entry:
+    return str(doc[_KEY][0]), bytes(doc[_BODY][0]).decode("utf-8"), json.loads(doc[_META][0])
 
 
 def _well_formed(text: str) -> str:

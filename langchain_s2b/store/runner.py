@@ -40,6 +40,7 @@ from langchain_s2b.core.requests import (
     SearchMany,
     SearchText,
 )
+from langchain_s2b.core.stored import stored_leaves
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.hybrid_index import HybridChildIndex
 
@@ -65,10 +66,14 @@ class Runner:
 
         ``locked=False`` runs it without the lock: only for operations that
         change nothing and tolerate a concurrent write (``lifecycle.stage``).
+        A lexical index that has yet to read the docstore's leaves reads them
+        first, under the same lock.
         """
         if not locked:
             return drive(op, self.run)
         with self.lock.hold(write=write):
+            if self._lexical_waits():
+                self._fill(drive(stored_leaves(), self.run))
             return drive(op, self.run)
 
     async def adrive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
@@ -76,7 +81,19 @@ class Runner:
         if not locked:
             return await adrive(op, self.arun)
         async with self.lock.ahold(write=write):
+            if self._lexical_waits():
+                entries = await adrive(stored_leaves(), self.arun)
+                await run_in_executor(None, self._fill, entries)
             return await adrive(op, self.arun)
+
+    def _lexical_waits(self) -> bool:
+        index = self.index
+        return isinstance(index, HybridChildIndex) and index.needs_leaves()
+
+    def _fill(self, entries: list[Any]) -> None:
+        index = self.index
+        if isinstance(index, HybridChildIndex):
+            index.fill(entries)
 
     def run(self, request: Request[Any]) -> Any:
         """Carry out one request synchronously."""
@@ -116,7 +133,8 @@ class Runner:
                 return index.lexical_keys() if isinstance(index, HybridChildIndex) else None
             case RebuildLexical():
                 if isinstance(index, HybridChildIndex):
-                    index.rebuild_lexical(store)
+                    fresh = None if index.faiss is not None else drive(stored_leaves(), self.run)
+                    index.rebuild_lexical(fresh)
                 return None
             case _:
                 raise _unknown(request)
@@ -155,8 +173,15 @@ class Runner:
                 return [key async for key in store.ayield_keys()]
             case ListChildren(candidates):
                 return await index.alist_children(candidates)
-            case LexicalKeys() | RebuildLexical():
+            case LexicalKeys():
                 return await run_in_executor(None, self.run, request)
+            case RebuildLexical():
+                if isinstance(index, HybridChildIndex):
+                    fresh = None
+                    if index.faiss is None:
+                        fresh = await adrive(stored_leaves(), self.arun)
+                    await run_in_executor(None, index.rebuild_lexical, fresh)
+                return None
             case _:
                 raise _unknown(request)
 

@@ -608,7 +608,7 @@ class SQLiteFaissIndex(FaissIndex):
         self.cache = embedding
         self.db = embedding.db
         self.docstore = docstore
-        self.lexical_index = SQLiteLexical(self.db, self.matching_sources, self._metadata)
+        self.lexical_index = SQLiteLexical(self.db, self.matching_sources, docstore.mget)
         self._sql = SQLiteRows(self.db, docstore, self.lexical_index)
         self._rows = self._sql
         self.read_only = False
@@ -626,9 +626,6 @@ class SQLiteFaissIndex(FaissIndex):
     def lexical_backend(self) -> SQLiteLexical:
         """The lexical index a hybrid retriever searches: FTS5 in the same database."""
         return self.lexical_index
-
-    def _metadata(self, keys: list[str]) -> list[dict[str, Any] | None]:
-        return [None if d is None else d.metadata for d in self.docstore.mget(keys)]
 
     def _check_writable(self) -> None:
         if self.read_only:

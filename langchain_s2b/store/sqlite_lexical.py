@@ -38,7 +38,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks
@@ -84,19 +83,23 @@ class SQLiteLexical:
         db: the store's database.
         sources_for: the source keys a metadata-dict filter selects (``None``:
             the filter names a per-leaf field, or is a callable).
-        metadata_of: each leaf's metadata by key (a filter the source keys can
-            not decide is evaluated on it).
+        documents_of: each leaf's document by key, from the docstore (a filter the
+            source keys can not decide is evaluated on its metadata; a rebuild
+            reads its text).
     """
 
     def __init__(
         self,
         db: Database,
         sources_for: Callable[[Any], set[str] | None],
-        metadata_of: Callable[[list[str]], list[dict[str, Any] | None]],
+        documents_of: Callable[[list[str]], list[Document | None]],
     ) -> None:
         self.db = db
         self._sources_for = sources_for
-        self._metadata_of = metadata_of
+        self._documents_of = documents_of
+
+    def _metadata_of(self, keys: list[str]) -> list[dict[str, Any] | None]:
+        return [None if doc is None else doc.metadata for doc in self._documents_of(keys)]
 
     # Writes (inside the caller's transaction) -----------------------------------
 
@@ -190,13 +193,13 @@ class SQLiteLexical:
         with self.db.read() as conn:
             return {str(row[0]) for row in conn.execute(f"SELECT key FROM {LEXICAL_TABLE}")}  # noqa: S608
 
-    def rebuild_lexical(self, docstore: BaseStore[str, Document]) -> None:
+    def rebuild_lexical(self) -> None:
         """Write the table again from the leaves the child index holds and their text."""
         with self.db.write() as conn:
             self.clear(conn)
             pairs = conn.execute("SELECT row, key FROM children ORDER BY row").fetchall()
             for part in chunks(pairs, 1000):
-                docs = docstore.mget([key for _, key in part])
+                docs = self._documents_of([key for _, key in part])
                 found = [(r, k, d) for (r, k), d in zip(part, docs, strict=True) if d is not None]
                 self.add(
                     conn,

@@ -26,6 +26,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.splitters import size_splitter
+from langchain_s2b.store.hybrid_index import HybridChildIndex
+from langchain_s2b.store.lexical_index import analyze
+from langchain_s2b.store.pg_lexical import hex_terms
 from tests.unit_tests._embeddings import BagOfWords
 
 pytestmark = pytest.mark.requires_server("postgres")
@@ -161,3 +164,81 @@ class TestPgvector:
         for query in QUERIES:
             docs = await retriever.ainvoke(query)
             assert all(d.metadata["source_id"] != "src-violins" for d in docs)
+
+
+# Hybrid search: PostgreSQL's own full-text search, in the same database ------------------
+MULTILINGUAL = {
+    "hindi": "दुनिया बहुत बड़ी है",
+    "thai": "สวัสดีครับ ยินดีต้อนรับ",
+    "turkish": "İstanbul büyük bir şehirdir.",
+    "greek": "Η ΟΔΟΣ είναι μεγάλη.",  # noqa: RUF001 (Greek on purpose)
+    "chinese": "北京欢迎你来参观。",
+    "japanese": "東京タワーへようこそ。",
+    "arabic": "مرحبا بالعالم الكبير",
+    "english": "The Norman_king's dukes ruled Normandy.",
+}
+
+
+class TestPgLexical:
+    def test_another_process_finds_every_leaf_in_the_database(
+        self, sync_vectors: PGVector, pg_url: str, collection: str
+    ) -> None:
+        docstore = _byte_store("sql", pg_url, "", async_mode=False)
+        writer = SmallToBigRetriever(vectorstore=sync_vectors, byte_store=docstore, mode="window")
+        writer.add_documents(_docs())
+        want = writer.invoke("glaciers comets", max_tokens=80)
+        assert want
+        # another process: a new PGVector object on the same collection, and no docstore scan
+        other = PGVector(BagOfWords(256), connection=pg_url, collection_name=collection)
+        reader = SmallToBigRetriever(vectorstore=other, byte_store=docstore, mode="window")
+        index = reader._io.index
+        assert isinstance(index, HybridChildIndex)
+        assert not index.needs_leaves()  # the rows are in the database already
+        assert reader.invoke("glaciers comets", max_tokens=80) == want
+        assert index.lexical.keys() == set(sync_vectors_keys(writer))
+        writer.delete(["src-glaciers"])
+        held = index.lexical.keys()
+        assert held
+        assert all(not key.startswith("src-glaciers/") for key in held)
+        assert reader.verify().ok
+        other._engine.dispose()  # type: ignore[union-attr]
+
+    def test_the_filter_selects_the_lexical_list_before_ranking(
+        self, sync_vectors: PGVector, pg_url: str
+    ) -> None:
+        docstore = _byte_store("sql", pg_url, "", async_mode=False)
+        r = SmallToBigRetriever(vectorstore=sync_vectors, byte_store=docstore, mode="window")
+        docs = [
+            Document("Walrus walrus walrus here.", id=f"n{i}", metadata={"t": "noise"})
+            for i in range(150)
+        ]
+        docs.append(Document("One walrus in a long quiet sentence.", id="k", metadata={"t": "k"}))
+        r.add_documents(docs)
+        index = r._io.index
+        assert isinstance(index, HybridChildIndex)
+        for flt in ({"t": "k"}, {"$and": [{"t": "k"}, {"start": 0}]}):
+            assert [key for key, _ in index.search_text("walrus", 100, flt)] == ["k/sentence/0"]
+
+    @pytest.mark.parametrize("text", sorted(MULTILINGUAL.values()))
+    def test_the_engine_keeps_the_analysers_terms(self, pg_url: str, text: str) -> None:
+        from sqlalchemy import create_engine
+        from sqlalchemy import text as sql
+
+        engine = create_engine(pg_url)
+        with engine.connect() as conn:
+            found = conn.execute(
+                sql("SELECT unnest(tsvector_to_array(to_tsvector('simple', :t)))"),
+                {"t": hex_terms(analyze(text))},
+            )
+            lexemes = {row[0] for row in found}
+        engine.dispose()
+        assert lexemes == {hex_terms([term]) for term in analyze(text)}
+        assert lexemes
+
+
+def sync_vectors_keys(r: SmallToBigRetriever) -> list[str]:
+    keys, _ = r._io.index.list_children(
+        [f"src-{t}/sentence/{i}" for t in TOPICS[:3] for i in range(40)]
+    )
+    assert keys is not None
+    return sorted(keys)

@@ -117,8 +117,8 @@ def test_fill_grows_inside_the_parent_and_returns_exact_documents() -> None:
 
 
 def test_fill_places_both_hits_first_best_run_first() -> None:
-    # budget 2: the two hits and nothing else, although 3 and 5 are worth more than hit 0's
-    # weight would suggest; multilevel results say which source context they belong to
+    # budget 2: the two hits and nothing else (neighbour 3 or 5 of the best hit is worth
+    # 1/2, as much as hit 0, but a hit comes first); multilevel results name their context
     docs = fill([hit(4, 0.9), hit(0, 0.8)], [1.0, 0.5], Shape("multilevel"), FETCHED, 2, _tokens)
     assert [(d.page_content, d.metadata["split_ids"], d.metadata["context"]) for d in docs] == [
         ("Ee. ", [4], 0),
@@ -247,11 +247,11 @@ def test_a_budget_below_every_hit_returns_nothing_after_one_search() -> None:
     index.search = counting  # type: ignore[method-assign]
     store.mgets.clear()
     assert retriever.invoke("alpha", max_tokens=1) == []  # "Alpha. " alone costs 2 tokens
-    assert (searches, store.mgets) == ([20], [])
+    assert (searches, store.mgets) == ([16], [])
     # one more token, and the one hit within the margin comes back (the next scores .71)
     (doc,) = retriever.invoke("alpha", max_tokens=2)
     assert doc.page_content == "Alpha. "
-    assert (searches, store.mgets) == ([20, 20], [2])  # the hit and its next-door neighbour
+    assert (searches, store.mgets) == ([16, 16], [2])  # the hit and its next-door neighbour
 
 
 def test_under_hybrid_search_the_score_stays_the_cosine() -> None:
@@ -303,8 +303,9 @@ def test_on_missing_holds_under_a_budget(mode: str, caplog: pytest.LogCaptureFix
     skipping = retriever.model_copy(update={"on_missing": "skip"})
     with caplog.at_level(logging.WARNING, logger="langchain_s2b"):
         docs = skipping.invoke("alpha beta gamma", max_tokens=2_000)
-    # the remaining seeds (1 and 3, weights 1 and 1/2, floor 1/2): sentence 0 joins the
-    # first; sentence 4 (1/8 + 1/4) does not join the second; the hole ends both runs
+    # the remaining seeds keep their ranks' weights (sentence 1: 1, sentence 3: 1/3; floor
+    # 1/3): sentence 0 (1/2 + 1/24) joins the first, sentence 4 (1/8 + 1/6) does not join
+    # the second; the hole ends both runs
     assert [d.page_content for d in docs] == [
         DOC_A[: DOC_A.index("Beta")],
         "Gamma ends it. ",

@@ -1,18 +1,34 @@
 """A stateful model test: add, update, delete, save, load and verify with injected faults.
 
 The model is a dict ``source_id -> (text, metadata)`` of the last version of
-each source that was written successfully. Faults: the embedding raises, the
-docstore writes part of an ``mset`` and raises, and the child index raises
-after the docstore has written (a crash between the two stores). After every
-step both stores are read back and must hold exactly the model: every
-manifest names a live source, every node carries that source's text, every
-leaf in the child index belongs to a current manifest, nothing is orphaned,
-``verify()`` is OK, and queries serve only the model's text. With the exact
-Flat index a query for a source's marker word must also return that source
-first; HNSW is approximate (a graph over many equal vectors can miss one), so
-there only the stores and the served text are checked.
+each source that was written successfully. Two retrievers share one child
+index and one docstore: a writer, and a reader that also writes now and then
+(its lexical index is the child index's, so it must see every write).
 
-CI (``CI=true``) runs 110 sequences for each index type (Flat and HNSW32).
+Faults injected into writes, each of which must leave the previous version of
+every source whole:
+
+- adds: the embedding raises; the docstore writes part of an ``mset`` and
+  raises (nodes or manifests); the child index raises after the docstore has
+  written; the lexical index raises while the vectors are written; Ctrl-C
+  (``KeyboardInterrupt``) at the nodes or manifests write; a cancellation
+  (``asyncio.wait_for`` timing out) while the nodes or manifests are written;
+- deletes: the docstore raises removing the manifests; the child index
+  raises; the lexical index raises (the vectors must then stay);
+- cleanup: removing an updated source's previous generation fails after the
+  commit (a warning; ``verify`` then names the leftovers and repair removes them).
+
+After every step both stores and the lexical index are read back and must
+hold exactly the model: every manifest names a live source, every node
+carries that source's text, every leaf in the child index and in the lexical
+index belongs to a current manifest, nothing is orphaned, ``verify()`` is OK,
+and queries (with and without a budget, through both retrievers) serve only
+the model's text, within the budget. With the exact Flat index a query for a
+source's marker word must also return that source first; HNSW is approximate
+(a graph over many equal vectors can miss one), so there only the stores and
+the served text are checked.
+
+CI (``CI=true``) runs 110 sequences of 12 steps for each index type (Flat and HNSW32).
 """
 
 from __future__ import annotations
@@ -27,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -45,6 +61,7 @@ from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
+from langchain_s2b.store.lexical_index import analyze
 
 from ._embeddings import BagOfWords
 
@@ -95,12 +112,25 @@ class FaultyEmbedding(BagOfWords):
         return super().embed_documents(texts)
 
 
+class LexicalError(OSError):
+    """The lexical index failed to write."""
+
+
 class FaultyStore(InMemoryStore):
-    """When armed, lets ``skip`` calls of ``mset`` through, then writes part of one and raises."""
+    """Writes and removes, with faults armed one at a time.
+
+    ``keep``: lets ``skip`` calls of ``mset`` through, then writes part of one
+    and raises. ``interrupt``: raises ``KeyboardInterrupt`` at ``mset`` number
+    ``skip``. ``slow``: the async ``mset`` number ``skip`` sleeps (a caller's
+    timeout lands there). ``fail_delete``: the next ``mdelete`` raises.
+    """
 
     keep: int | None = None
     """Pairs the failing ``mset`` writes (never all of them)."""
     skip = 0
+    interrupt = False
+    slow = 0.0
+    fail_delete = False
 
     def mset(self, key_value_pairs: Sequence[tuple[str, Any]]) -> None:
         pairs = list(key_value_pairs)
@@ -110,7 +140,38 @@ class FaultyStore(InMemoryStore):
             keep, self.keep = self.keep, None
             super().mset(pairs[: min(keep, max(len(pairs) - 1, 0))])
             raise StoreError("disk full")
+        elif self.interrupt and self.skip:
+            self.skip -= 1
+        elif self.interrupt:
+            self.interrupt = False
+            raise KeyboardInterrupt
         super().mset(pairs)
+
+    async def amset(self, key_value_pairs: Sequence[tuple[str, Any]]) -> None:
+        if self.slow and self.skip:
+            self.skip -= 1
+        elif self.slow:
+            delay, self.slow = self.slow, 0.0
+            await asyncio.sleep(delay)  # the caller's timeout fires while this waits
+        self.mset(key_value_pairs)
+
+    def mdelete(self, keys: Sequence[str]) -> None:
+        if self.fail_delete:
+            self.fail_delete = False
+            raise StoreError("disk full")
+        super().mdelete(keys)
+
+    async def amdelete(self, keys: Sequence[str]) -> None:
+        self.mdelete(keys)
+
+    def disarm(self) -> None:
+        self.keep, self.skip, self.interrupt, self.slow, self.fail_delete = (
+            None,
+            0,
+            False,
+            0.0,
+            False,
+        )
 
 
 words = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6)
@@ -136,7 +197,12 @@ def batches(draw: st.DrawFn) -> list[tuple[str, str, dict[str, Any]]]:
     return [(SOURCES[i], draw(texts(MARKERS[i])), {"v": draw(st.integers(0, 2))}) for i in chosen]
 
 
-FAULTS = st.sampled_from([None, None, "embedding", "docstore", "index"])
+FAULTS = st.sampled_from(
+    [None, None, "embedding", "docstore", "index", "lexical", "interrupt", "cancel", "cleanup"]
+)
+DELETE_FAULTS = st.sampled_from([None, None, "docstore", "index", "lexical"])
+CANCEL_AFTER = 0.05
+"""Seconds before a cancelled write's caller gives up; the slow write takes 10x that."""
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -156,6 +222,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.embedding = FaultyEmbedding()
         self.store = FaultyStore()
         self.retriever: SmallToBigRetriever
+        self.reader: SmallToBigRetriever
 
     @initialize(mode=st.sampled_from(["parent", "window"]))
     def build(self, mode: str) -> None:
@@ -166,6 +233,19 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.retriever = SmallToBigRetriever(
             vectorstore=index, docstore=self.store, mode=mode, window_size=1, **extra
         )
+        self._share()
+
+    def _share(self) -> None:
+        """A second retriever over the same child index and docstore."""
+        r = self.retriever
+        self.reader = SmallToBigRetriever(
+            vectorstore=r.vectorstore, docstore=r.docstore, levels=r._levels, mode=r.mode
+        )
+
+    def _index(self) -> FaissIndex:
+        index = self.retriever.vectorstore
+        assert isinstance(index, FaissIndex)
+        return index
 
     def teardown(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -178,6 +258,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         keep=st.integers(0, 40),
         at=st.sampled_from([0, 1]),
         use_async=st.booleans(),
+        by_reader=st.booleans(),
     )
     def add(
         self,
@@ -186,14 +267,17 @@ class LifecycleMachine(RuleBasedStateMachine):
         keep: int,
         at: int,
         use_async: bool,
+        by_reader: bool,
     ) -> None:
         """Add or update a batch; ``at`` picks the failing ``mset`` (nodes or manifests)."""
         docs = [Document(text, metadata=dict(meta)) for _, text, meta in batch]
         ids = [sid for sid, _, _ in batch]
         changed = [sid for sid, text, meta in batch if self.model.get(sid) != (text, meta)]
-        index = self.retriever.vectorstore
-        assert isinstance(index, FaissIndex)
-        real_add = index.add_vectors
+        updated = [sid for sid in changed if sid in self.model]
+        writer = self.reader if by_reader else self.retriever
+        index = self._index()
+        lexical = index.lexical()
+        real_add, real_lexical_add = index.add_vectors, lexical.add
         if fault == "embedding":
             self.embedding.armed = True
         elif fault == "docstore":
@@ -204,33 +288,117 @@ class LifecycleMachine(RuleBasedStateMachine):
                 raise CrashError("crash between the stores")
 
             index.add_vectors = crash  # type: ignore[method-assign]
-        expected = {"embedding": EmbeddingError, "docstore": StoreError, "index": CrashError}
+        elif fault == "lexical":
+
+            def broken(*args: Any, **kwargs: Any) -> None:
+                raise LexicalError("lexical index full")
+
+            lexical.add = broken  # type: ignore[method-assign]
+        elif fault == "interrupt":
+            self.store.interrupt, self.store.skip = True, at
+        elif fault == "cancel":
+            self.store.slow, self.store.skip = 10 * CANCEL_AFTER, at
+            use_async = True
+        elif fault == "cleanup":
+            self.store.fail_delete = True
+        expected: dict[str, type[BaseException]] = {
+            "embedding": EmbeddingError,
+            "docstore": StoreError,
+            "index": CrashError,
+            "lexical": LexicalError,
+            "interrupt": KeyboardInterrupt,
+            "cancel": TimeoutError,
+        }
+        event(f"add fault: {fault if changed else None}")
         try:
-            if fault is not None and changed:
+            if fault in expected and changed:
                 with pytest.raises(expected[fault]):
-                    self._add(docs, ids, use_async)
+                    self._add(writer, docs, ids, use_async, cancel=fault == "cancel")
                 return  # all or nothing: the model keeps every previous version
-            result = self._add(docs, ids, use_async)
+            if fault == "cleanup" and updated:
+                with pytest.warns(UserWarning, match="removing the previous ones failed"):
+                    result = self._add(writer, docs, ids, use_async)
+                assert not self.retriever.verify().ok  # the previous generation is left over
+                assert self.retriever.verify(repair=True).repaired
+            else:
+                result = self._add(writer, docs, ids, use_async)
         finally:
             self.embedding.armed = False
-            self.store.keep, self.store.skip = None, 0
+            self.store.disarm()
             index.add_vectors = real_add  # type: ignore[method-assign]
+            lexical.add = real_lexical_add  # type: ignore[method-assign]
         assert sorted(result.added + result.updated) == sorted(changed)
         assert sorted(result.unchanged) == sorted(set(ids) - set(changed))
         for sid, text, meta in batch:
             self.model[sid] = (text, meta)
 
-    def _add(self, docs: list[Document], ids: list[str], use_async: bool) -> Any:
-        if use_async:
-            return asyncio.run(self.retriever.aadd_documents(docs, ids=ids))
-        return self.retriever.add_documents(docs, ids=ids)
+    @staticmethod
+    def _add(
+        writer: SmallToBigRetriever,
+        docs: list[Document],
+        ids: list[str],
+        use_async: bool,
+        *,
+        cancel: bool = False,
+    ) -> Any:
+        if cancel:
 
-    @rule(chosen=st.lists(st.sampled_from([*SOURCES, "never-added"]), max_size=3, unique=True))
-    def delete(self, chosen: list[str]) -> None:
-        deleted = self.retriever.delete(chosen)
-        assert deleted == [sid for sid in chosen if sid in self.model]
+            async def cancelled() -> Any:
+                return await asyncio.wait_for(writer.aadd_documents(docs, ids=ids), CANCEL_AFTER)
+
+            return asyncio.run(cancelled())
+        if use_async:
+            return asyncio.run(writer.aadd_documents(docs, ids=ids))
+        return writer.add_documents(docs, ids=ids)
+
+    @rule(
+        chosen=st.lists(st.sampled_from([*SOURCES, "never-added"]), max_size=3, unique=True),
+        fault=DELETE_FAULTS,
+        use_async=st.booleans(),
+    )
+    def delete(self, chosen: list[str], fault: str | None, use_async: bool) -> None:
+        index = self._index()
+        lexical = index.lexical()
+        real_delete, real_lexical_delete = index.delete, lexical.delete
+        if fault == "docstore":
+            self.store.fail_delete = True
+        elif fault == "index":
+
+            def crash(*args: Any, **kwargs: Any) -> bool:
+                raise CrashError("crash between the stores")
+
+            index.delete = crash  # type: ignore[method-assign]
+        elif fault == "lexical":
+
+            def broken(*args: Any, **kwargs: Any) -> None:
+                raise LexicalError("lexical index gone")
+
+            lexical.delete = broken  # type: ignore[method-assign]
+        errors: dict[str, type[Exception]] = {
+            "docstore": StoreError,
+            "index": CrashError,
+            "lexical": LexicalError,
+        }
+        present = [sid for sid in chosen if sid in self.model]
+        event(f"delete fault: {fault if present else None}")
+        try:
+            if fault is not None and present:
+                with pytest.raises(errors[fault]):
+                    self._delete(chosen, use_async)
+                return  # nothing deleted: every source stays whole
+            deleted = self._delete(chosen, use_async)
+        finally:
+            self.store.disarm()
+            index.delete = real_delete  # type: ignore[method-assign]
+            lexical.delete = real_lexical_delete  # type: ignore[method-assign]
+        assert deleted == present
         for sid in deleted:
             del self.model[sid]
+
+    def _delete(self, chosen: list[str], use_async: bool) -> list[str]:
+        if use_async:
+            return asyncio.run(self.retriever.adelete(chosen))
+        return self.retriever.delete(chosen)
 
     @rule(target=saved)
     def save(self) -> str:
@@ -245,6 +413,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.retriever = SmallToBigRetriever.load(
             self.root / name, self.embedding, docstore=self.store
         )
+        self._share()
         self.model = dict(self.saves[name])
 
     @precondition(lambda self: bool(self.model))
@@ -281,12 +450,19 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert node.page_content == text[node.metadata["start"] : node.metadata["end"]]
                 assert node.metadata["source_id"] == sid
                 assert user_metadata(node.metadata) == meta
-        index = r.vectorstore
-        assert isinstance(index, FaissIndex)
+        index = self._index()
         leaves = [k for m in manifests.values() for k in leaf_keys(m)]
         assert sorted(index.keys()) == sorted(leaves)
         stored = {d.id: d.page_content for d in r.docstore.mget(leaves) if d is not None}
         assert {d.id: d.page_content for d in index.get_by_ids(leaves)} == stored
+        built = index.built_lexical()
+        if built is not None:  # the lexical index holds exactly the live leaves, as stored
+            assert built.keys() == set(stored)
+            for word in [*VOCAB, *MARKERS]:  # each word finds exactly the leaves that hold it
+                found = {key for key, _ in built.search(word, len(stored) + 1)}
+                assert found == {k for k, text in stored.items() if word in analyze(text)}, word
+            if built.documents:
+                assert dict(built.items()) == stored
 
     @invariant()
     def verify_is_ok(self) -> None:
@@ -296,18 +472,27 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def queries_serve_only_the_model(self) -> None:
-        r = self.retriever
-        for i, sid in enumerate(SOURCES):
-            found = r.invoke(MARKERS[i], k=1)
-            if sid in self.model and self.exact:
-                (top,) = found
-                assert top.metadata["source_id"] == sid
-                assert MARKERS[i] in top.page_content
-            for doc in found + r.invoke(" ".join(VOCAB[:3]), k=4):
-                got = doc.metadata["source_id"]
-                assert got in self.model
-                text = self.model[got][0]
-                assert doc.page_content == text[doc.metadata["start"] : doc.metadata["end"]]
+        for r in (self.retriever, self.reader):
+            for i, sid in enumerate(SOURCES):
+                found = r.invoke(MARKERS[i], k=1)
+                budgeted = r.invoke(MARKERS[i], max_tokens=12)
+                if sid in self.model and self.exact:
+                    (top,) = found
+                    assert top.metadata["source_id"] == sid
+                    assert MARKERS[i] in top.page_content
+                    # under a budget only the marker's source is evidence (nothing else shares it)
+                    assert {d.metadata["source_id"] for d in budgeted} == {sid}
+                    assert MARKERS[i] in budgeted[0].page_content
+                query = " ".join(VOCAB[:3])
+                for budget in (8, 40):
+                    told = r.invoke(query, max_tokens=budget)
+                    assert sum(d.metadata["tokens"] for d in told) <= budget
+                    found += told
+                for doc in found + budgeted + r.invoke(query, k=4):
+                    got = doc.metadata["source_id"]
+                    assert got in self.model
+                    text = self.model[got][0]
+                    assert doc.page_content == text[doc.metadata["start"] : doc.metadata["end"]]
 
 
 class HnswLifecycleMachine(LifecycleMachine):

@@ -20,12 +20,13 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import faiss
 import numpy as np
 import pytest
-from hypothesis import event, given
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -255,7 +256,7 @@ def options(draw: st.DrawFn) -> dict[str, Any]:
         "coalesce": draw(st.booleans()),
         "max_tokens": draw(budgets),
         "margin": draw(st.sampled_from([0.0, 0.05, 0.1, 0.3, 1.0])),
-        "hybrid": False,  # the reference ranks by the index's scores alone
+        "hybrid": draw(st.booleans()),
         "token_counter": COUNTERS[draw(st.sampled_from(sorted(COUNTERS)))],
     }
 
@@ -332,6 +333,19 @@ def run(case: Case) -> None:
             assert raw[fetch], f"the retriever never searched {fetch} deep; it searched {list(raw)}"
             return hits_of(raw[fetch][-1])
 
+    lexical = None
+    if case.opts["hybrid"]:
+        vector = TopicEmbedding().embed_query(case.query)
+        if case.index in EXACT:
+            cosines = {key_of(m): s for m, s in all_scores(store, vector)}
+        else:
+            cosines = dict(stored_scores(store, vector))
+        lexical = ref.Lexical(
+            case.query,
+            list(nodes.values()),
+            lambda node: keep(node.source.metadata),
+            lambda node: cosines[node.key],
+        )
     o = case.opts
     settings = ref.Settings(
         k=o["k"],
@@ -342,8 +356,15 @@ def run(case: Case) -> None:
         max_tokens=o["max_tokens"],
         margin=o["margin"],
         token_counter=o["token_counter"],
+        lexical=lexical,
     )
     want = ref.retrieve(case.mode, oracle, settings)
+    fused = settings.trace.get("fused")
+    if fused is not None:
+        event("hybrid under a budget")
+        values = sorted(fused.values())
+        # float32 BM25 in the engine, float64 here: a near-tie may order either way
+        assume(all(b - a == 0 or b - a > 1e-5 for a, b in pairwise(values)))
     event(f"index: {case.index}")
     event(f"results: {min(len(want), 3)}{'+' if len(want) >= 3 else ''}")
     event(f"k windows/parents/contexts filled: {len(want) >= case.opts['k']}")
@@ -354,11 +375,39 @@ def run(case: Case) -> None:
     if not want:
         reason = "the filter matches nothing" if not any(map(keep_any, [case])) else "other"
         event(f"no results: {reason}")
-    assert got == want
+    assert_same(got, want)
     # The async path and a batch (one matrix search for FaissIndex) give the same answer.
     options = {"filter": flt, **opts}
-    assert asyncio.run(retriever.ainvoke(case.query, **options)) == want
-    assert retriever.batch([case.query, case.query], **options) == [want, want]
+    assert_same(asyncio.run(retriever.ainvoke(case.query, **options)), want)
+    for answer in retriever.batch([case.query, case.query], **options):
+        assert_same(answer, want)
+
+
+def assert_same(got: list[Document], want: list[Document]) -> None:
+    """Equal documents; fused scores equal to float32 precision (BM25 is float32 in tantivy)."""
+
+    def apart(docs: list[Document]) -> tuple[list[Document], list[Any]]:
+        plain, fused = [], []
+        for doc in docs:
+            meta = dict(doc.metadata)
+            matches = [dict(m) for m in meta.get("matches", [])]
+            fused.append(
+                (meta.pop("fused_score", None), [m.pop("fused_score", None) for m in matches])
+            )
+            if matches:
+                meta["matches"] = matches
+            plain.append(Document(page_content=doc.page_content, metadata=meta, id=doc.id))
+        return plain, fused
+
+    got_plain, got_fused = apart(got)
+    want_plain, want_fused = apart(want)
+    assert got_plain == want_plain
+    assert len(got_fused) == len(want_fused)
+    for (g, gm), (w, wm) in zip(got_fused, want_fused, strict=True):
+        assert (g is None) == (w is None)
+        if w is not None:
+            assert g == pytest.approx(w, abs=1e-4)
+            assert gm == pytest.approx(wm, abs=1e-4)
 
 
 def stored_scores(store: VectorStore, vector: list[float]) -> list[tuple[str, float]]:

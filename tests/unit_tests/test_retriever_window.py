@@ -46,8 +46,9 @@ class TestWindowMode:
         (doc,) = _retriever(k=1).invoke("word10")
         assert _split_ids(doc) == [9, 10, 11]
         assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
-        # Every child the search returned inside the window is a match; only word10 scores.
-        assert [m["split_id"] for m in doc.metadata["matches"]] == [9, 10, 11]
+        # Every child the search returned inside the window is a match; only word10 scores,
+        # and the 19 others tie at 0 across the cut of a 16-deep search, so none came back.
+        assert [m["split_id"] for m in doc.metadata["matches"]] == [10]
         assert _matched(doc) == [10]
         assert doc.metadata["score"] == 0.5
 
