@@ -28,7 +28,14 @@ source's marker word must also return that source first; HNSW is approximate
 (a graph over many equal vectors can miss one), so there only the stores and
 the served text are checked.
 
-CI (``CI=true``) runs 110 sequences of 12 steps for each index type (Flat and HNSW32).
+The docstore is an ``InMemoryStore`` (Flat and HNSW32) or the default,
+``NodeStore`` (Flat): nodes as spans over their source's text in columns, its
+``load`` the save's own columns opened as they are, with the same faults. The
+lexical index of ``FaissIndex`` keeps keys only (its text is in the records),
+so each vocabulary word's matches are compared with the leaves whose analysed
+text holds it.
+
+CI (``CI=true``) runs 110 sequences of 12 steps for each machine.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from hypothesis.stateful import (
     rule,
 )
 from langchain_core.documents import Document
-from langchain_core.stores import InMemoryStore
+from langchain_core.stores import BaseStore, InMemoryStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
@@ -62,6 +69,7 @@ from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
 from langchain_s2b.store.lexical_index import analyze
+from langchain_s2b.store.node_store import NodeStore
 
 from ._embeddings import BagOfWords
 
@@ -116,8 +124,8 @@ class LexicalError(OSError):
     """The lexical index failed to write."""
 
 
-class FaultyStore(InMemoryStore):
-    """Writes and removes, with faults armed one at a time.
+class Faults(BaseStore[str, Any]):
+    """A docstore's writes and removes, with faults armed one at a time (a mixin).
 
     ``keep``: lets ``skip`` calls of ``mset`` through, then writes part of one
     and raises. ``interrupt``: raises ``KeyboardInterrupt`` at ``mset`` number
@@ -138,14 +146,14 @@ class FaultyStore(InMemoryStore):
             self.skip -= 1
         elif self.keep is not None:
             keep, self.keep = self.keep, None
-            super().mset(pairs[: min(keep, max(len(pairs) - 1, 0))])
+            super().mset(pairs[: min(keep, max(len(pairs) - 1, 0))])  # type: ignore[safe-super]
             raise StoreError("disk full")
         elif self.interrupt and self.skip:
             self.skip -= 1
         elif self.interrupt:
             self.interrupt = False
             raise KeyboardInterrupt
-        super().mset(pairs)
+        super().mset(pairs)  # type: ignore[safe-super]
 
     async def amset(self, key_value_pairs: Sequence[tuple[str, Any]]) -> None:
         if self.slow and self.skip:
@@ -159,7 +167,7 @@ class FaultyStore(InMemoryStore):
         if self.fail_delete:
             self.fail_delete = False
             raise StoreError("disk full")
-        super().mdelete(keys)
+        super().mdelete(keys)  # type: ignore[safe-super]
 
     async def amdelete(self, keys: Sequence[str]) -> None:
         self.mdelete(keys)
@@ -172,6 +180,14 @@ class FaultyStore(InMemoryStore):
             0.0,
             False,
         )
+
+
+class FaultyStore(Faults, InMemoryStore):
+    """``InMemoryStore`` with faults."""
+
+
+class FaultyNodeStore(Faults, NodeStore):
+    """``NodeStore`` (the default docstore: nodes as spans, columns) with faults."""
 
 
 words = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6)
@@ -211,6 +227,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     factory = "Flat"
     search_params: str | None = None
     exact = True
+    node_store = False
+    """The docstore: ``InMemoryStore`` (``Document`` objects) or ``NodeStore`` (columns)."""
 
     saved = Bundle("saved")
 
@@ -220,7 +238,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.saves: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
         self.root = Path(tempfile.mkdtemp(prefix="s2b-machine-"))
         self.embedding = FaultyEmbedding()
-        self.store = FaultyStore()
+        self.store: Faults = FaultyNodeStore() if self.node_store else FaultyStore()
         self.retriever: SmallToBigRetriever
         self.reader: SmallToBigRetriever
 
@@ -409,10 +427,16 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @rule(name=saved)
     def load(self, name: str) -> None:
-        self.store = FaultyStore()
-        self.retriever = SmallToBigRetriever.load(
-            self.root / name, self.embedding, docstore=self.store
-        )
+        if self.node_store:  # the default: the save's own columns, opened as they are
+            self.retriever = SmallToBigRetriever.load(self.root / name, self.embedding)
+            assert type(self.retriever.docstore) is NodeStore
+            self.retriever.docstore.__class__ = FaultyNodeStore  # the same object, faults armable
+            self.store = self.retriever.docstore  # type: ignore[assignment]
+        else:
+            self.store = FaultyStore()
+            self.retriever = SmallToBigRetriever.load(
+                self.root / name, self.embedding, docstore=self.store
+            )
         self._share()
         self.model = dict(self.saves[name])
 
@@ -503,6 +527,12 @@ class HnswLifecycleMachine(LifecycleMachine):
     exact = False
 
 
+class NodeStoreLifecycleMachine(LifecycleMachine):
+    """The same machine with the default docstore, ``NodeStore`` (nodes as spans in columns)."""
+
+    node_store = True
+
+
 MACHINE_SETTINGS = settings(
     max_examples=SEQUENCES,
     stateful_step_count=STEPS,
@@ -514,3 +544,5 @@ TestFlatLifecycle = LifecycleMachine.TestCase
 TestFlatLifecycle.settings = MACHINE_SETTINGS
 TestHnswLifecycle = HnswLifecycleMachine.TestCase
 TestHnswLifecycle.settings = MACHINE_SETTINGS
+TestNodeStoreLifecycle = NodeStoreLifecycleMachine.TestCase
+TestNodeStoreLifecycle.settings = MACHINE_SETTINGS
