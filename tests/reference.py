@@ -427,11 +427,15 @@ TOP_N = 100
 LEXICAL_WEIGHT = 0.3
 
 
-def bm25(query: list[str], docs: Mapping[str, list[str]]) -> dict[str, float]:
+def bm25(
+    query: list[str], docs: Mapping[str, list[str]], *, idf_of: str = "lucene"
+) -> dict[str, float]:
     """Each document's BM25 score for the query terms (documents with none left out).
 
     ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))`` with ``N`` documents, ``n`` of
-    them holding the term; a term counts ``tf (k1 + 1) / (tf + k1 (1 - b + b |D| / avgdl))``.
+    them holding the term (``idf_of="lucene"``: tantivy's); ``idf_of="fts5"``:
+    SQLite FTS5's ``ln((N - n + 0.5) / (n + 0.5))``, 1e-6 where that is not
+    above 0. A term counts ``tf (k1 + 1) / (tf + k1 (1 - b + b |D| / avgdl))``.
     """
     n_docs = len(docs)
     if not n_docs:
@@ -448,7 +452,10 @@ def bm25(query: list[str], docs: Mapping[str, list[str]]) -> dict[str, float]:
             tf = terms.count(term)
             if tf:
                 n = holding[term]
-                idf = math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
+                if idf_of == "fts5":
+                    idf = max(math.log((n_docs - n + 0.5) / (n + 0.5)), 0.0) or 1e-6
+                else:
+                    idf = math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
                 total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(terms) / avgdl))
         if total > 0:
             out[key] = total

@@ -4,6 +4,8 @@
   compared with ``analyze()`` on text in eight scripts);
 - its rankings agree with the Python API's tantivy index where BM25's formulas
   agree (one query term: the idf is a common factor), and so do the hybrid answers;
+- its scores and rankings equal an independent BM25 with FTS5's idf
+  (``tests/reference.py``) on generated leaves and queries;
 - a filter restricts the lexical list before ranking;
 - its rows are written and rolled back with the nodes and vectors;
 - nothing is built when a command opens the store;
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from contextlib import closing
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from langchain_core.documents import Document
 
 from langchain_s2b import SmallToBigRetriever
@@ -29,7 +34,9 @@ from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.store import lexical_index, sqlite
 from langchain_s2b.store.database import Database
 from langchain_s2b.store.lexical_index import analyze
-from langchain_s2b.store.sqlite_lexical import terms_of
+from langchain_s2b.store.sqlite_lexical import SQLiteLexical, terms_of
+
+from ..reference import bm25
 
 MULTILINGUAL = (
     "दुनिया में स्वागत है। "  # Hindi: vowel signs stay in their word
@@ -379,3 +386,45 @@ class TestVerify:
             assert db.stamp() == (first[0], first[1] + 1)
         finally:
             db.close()
+
+
+WORDS = ["walrus", "seal", "ice", "cold", "the", "swims", "tusk", "penguin"]
+
+
+class TestReference:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        leaves=st.lists(
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=9), min_size=1, max_size=14
+        ),
+        query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+        n=st.integers(1, 6),
+    )
+    def test_scores_and_ranking_are_bm25_with_fts5s_idf(
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        leaves: list[list[str]],
+        query: list[str],
+        n: int,
+    ) -> None:
+        """Every leaf a term of the query is in; best first, ties by key; scores to 1e-5.
+
+        FTS5 leaves a term held by half of the leaves or more out of the search
+        while another term finds ``n`` leaves: it adds at most 2.2e-6 to a
+        score, so only scores within 1e-5 of each other may swap (assumed away).
+        """
+        db = Database(tmp_path_factory.mktemp("fts5") / "x.sqlite")
+        db.create_tables()
+        lexical = SQLiteLexical(db, lambda flt: None, lambda keys: [None] * len(keys))
+        texts = {f"s{i:02d}/leaf/{i}": " ".join(words) for i, words in enumerate(leaves)}
+        with db.write() as conn:
+            lexical.add(conn, list(range(len(texts))), list(texts), list(texts.values()))
+        got = lexical.search_text(" ".join(query), n, None)
+        db.conn.close()
+        scores = bm25(query, {k: analyze(t) for k, t in texts.items()}, idf_of="fts5")
+        ranked = sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
+        values = sorted({round(v, 9) for v in scores.values()})
+        assume(all(b - a > 1e-5 for a, b in itertools.pairwise(values)))
+        want = ranked[:n]
+        assert [k for k, _ in got] == [k for k, _ in want]
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], abs=1e-5)
