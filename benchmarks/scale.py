@@ -195,7 +195,6 @@ def _nodes(retriever: Any, batch: list[str], leaf: str, fh: Any) -> list[tuple[s
 
 def work_peer_build(where: str) -> dict[str, Any]:
     """LangChain's FAISS with the same leaves and vectors, parents in a LocalFileStore."""
-    import numpy as np
     from corpus import HashEmbedding
     from langchain_classic.storage import LocalFileStore
     from langchain_community.vectorstores import FAISS
@@ -205,17 +204,23 @@ def work_peer_build(where: str) -> dict[str, Any]:
     emb = HashEmbedding(DIM)
     rows = [json.loads(line) for line in (out / "leaves.jsonl").open(encoding="utf-8")]
     texts = [r["text"] for r in rows]
-    vectors = np.concatenate(
-        [emb.matrix(texts[i : i + 10_000]) for i in range(0, len(texts), 10_000)]
-    )
-    store = FAISS.from_embeddings(
-        list(zip(texts, vectors.tolist(), strict=True)),
-        emb,
-        metadatas=[r["metadata"] for r in rows],
-        ids=[r["id"] for r in rows],
-        distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT,
-    )
-    del rows, texts, vectors
+    store: Any = None
+    for i in range(0, len(texts), 10_000):  # in parts: 1M vectors as Python floats are 12 GB
+        part = slice(i, i + 10_000)
+        pairs = list(zip(texts[part], emb.matrix(texts[part]).tolist(), strict=True))
+        metadatas = [r["metadata"] for r in rows[part]]
+        ids = [r["id"] for r in rows[part]]
+        if store is None:
+            store = FAISS.from_embeddings(
+                pairs,
+                emb,
+                metadatas=metadatas,
+                ids=ids,
+                distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT,
+            )
+        else:
+            store.add_embeddings(pairs, metadatas=metadatas, ids=ids)
+    del rows, texts
     parents = LocalFileStore(str(out / "peer-parents"))
     batch: list[tuple[str, bytes]] = []
     with (out / "parents.jsonl").open(encoding="utf-8") as fh:
