@@ -67,7 +67,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from langchain_s2b.cli import actions
 from langchain_s2b.cli.commands import main
@@ -144,10 +150,7 @@ FAULT_TARGETS: dict[str, tuple[Any, str]] = {
     "docstore": (sqlite.SQLiteDocStore, "mset"),
 }
 FAULTS = st.sampled_from(
-    [
-        None,
-        None,
-        None,
+    [  # faults first: Hypothesis draws the first choices more often
         "error:lexical",
         "error:rows",
         "error:docstore",
@@ -155,6 +158,9 @@ FAULTS = st.sampled_from(
         "interrupt:rows",
         "interrupt:docstore",
         "faiss-file",
+        None,
+        None,
+        None,
     ]
 )
 
@@ -266,15 +272,24 @@ class CliMachine(RuleBasedStateMachine):
     def _source(self, rel: str) -> str:
         return str(self.folder / rel)
 
+    @initialize(chosen=st.lists(st.integers(0, len(FILES) - 1), min_size=1, unique=True))
+    def start(self, chosen: list[int]) -> None:
+        """A first successful run, so that every sequence starts with a store and its file."""
+        for i in chosen:
+            self._write(i, f"{' '.join(VOCAB[i : i + 3]).capitalize()} {MARKERS[i]}.")
+        self.index(fault=None, at=0, edit=None, data=None)
+
     # Rules: the folder ----------------------------------------------------------------
 
-    @rule(i=st.integers(0, len(FILES) - 1), data=st.data())
-    def write(self, i: int, data: st.DataObject) -> None:
-        text = data.draw(texts(MARKERS[i]))
+    def _write(self, i: int, text: str) -> None:
         path = self.folder / FILES[i]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         self.disk[FILES[i]] = text
+
+    @rule(i=st.integers(0, len(FILES) - 1), data=st.data())
+    def write(self, i: int, data: st.DataObject) -> None:
+        self._write(i, data.draw(texts(MARKERS[i])))
 
     @precondition(lambda self: bool(self.disk))
     @rule(data=st.data())
@@ -285,8 +300,18 @@ class CliMachine(RuleBasedStateMachine):
 
     # Rules: the store -------------------------------------------------------------------
 
-    @rule(fault=FAULTS, at=st.sampled_from([0, 0, 1]))
-    def index(self, fault: str | None, at: int) -> None:
+    @rule(
+        fault=FAULTS,
+        at=st.sampled_from([0, 0, 1]),
+        edit=st.none() | st.integers(0, len(FILES) - 1),
+        data=st.data(),
+    )
+    def index(
+        self, fault: str | None, at: int, edit: int | None, data: st.DataObject | None
+    ) -> None:
+        """``s2b index FOLDER`` (``edit``: a file is written first, so that there is work)."""
+        if edit is not None and data is not None:
+            self._write(edit, data.draw(texts(MARKERS[edit])))
         before = dict(self.model)
         gone = {rel for rel in before if rel not in self.disk}
         changed = {rel for rel, text in self.disk.items() if before.get(rel) != text}
@@ -386,7 +411,7 @@ class CliMachine(RuleBasedStateMachine):
         else:
             code, out, err = run("query", VOCAB[0], "--store", str(self.store), "--json")
             assert (code, err) == (0, ""), (out, err)
-        assert current.exists()
+        assert current.exists() == bool(database_rows(self.store)[0].size)  # none: no FAISS
 
     def _older_files(self) -> list[Path]:
         if not self._started():
