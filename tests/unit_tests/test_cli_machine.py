@@ -45,7 +45,9 @@ After every step, through a fresh open of the store as a new command opens it
 - the commit counter never decreases; a successful run that changed the model
   raises it; the store holds the FAISS file of its commit and no other.
 
-``S2B_CLI_SEQUENCES`` / ``S2B_CLI_STEPS`` scale it (``CI=true``: 60 x 12).
+``S2B_CLI_SEQUENCES`` / ``S2B_CLI_STEPS`` scale it (default 30 x 10, ~25 s on a busy
+2-core machine; ``CI=true``: 60 x 12). Two bugs it found are shown at the end of this file by
+one small run each, marked ``xfail(strict=True)`` until they are fixed.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import os
 import shutil
 import sqlite3
@@ -563,3 +566,63 @@ MACHINE_SETTINGS = settings(
 
 TestCliMachine = CliMachine.TestCase
 TestCliMachine.settings = MACHINE_SETTINGS
+
+
+# Bugs the machine found, each shown by one small run -------------------------------------
+
+
+def _two_commits(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A store indexed twice (a file added): the folder, the store, the first commit's file."""
+    folder, store = tmp_path / "folder", tmp_path / "store"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Ocean tower markalpha.")
+    assert run("index", str(folder), "--store", str(store))[0] == 0
+    (first,) = store.glob("s2b.*.faiss")
+    shutil.copy(first, tmp_path / first.name)
+    (folder / "b.txt").write_text("River stone markbeta.")
+    assert run("index", str(folder), "--store", str(store))[0] == 0
+    return folder, store, tmp_path / first.name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="verify --repair rebuilds FAISS in memory but keeps a stale file of the current "
+    "commit (SQLiteFaissIndex.write_file skips a file that exists), so it stays damaged",
+)
+def test_repair_replaces_a_stale_faiss_file(tmp_path: Path) -> None:
+    _, store, old = _two_commits(tmp_path)
+    (current,) = store.glob("s2b.*.faiss")
+    shutil.copy(old, current)  # the first commit's FAISS under the second commit's name
+    assert run("verify", "--store", str(store))[0] == 1
+    code, out, _ = run("verify", "--repair", "--store", str(store))
+    assert code == 0
+    assert "damaged: 1 FAISS index file that does not match the database" in out
+    assert run("verify", "--store", str(store))[:2] == (0, out.splitlines()[0] + "\nok\n")
+    code, out, _ = run("query", "markbeta", "--store", str(store), "--json", "-k", "1")
+    assert code == 0
+    assert [r["text"] for r in json.loads(out)["results"]] == ["River stone markbeta."]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SQLiteFaissIndex.open suppresses only OSError around write_file, but "
+    "faiss.write_index reports a failed write (a full disk) as RuntimeError: s2b query crashes",
+)
+def test_a_reader_answers_when_the_faiss_file_can_not_be_written(tmp_path: Path) -> None:
+    """``open``: "a store that can not be written to is read all the same"."""
+    folder, store, _ = _two_commits(tmp_path)
+    sentences = [f"{w.capitalize()} {v} markgamma." for w in VOCAB for v in VOCAB[:2]]
+    (folder / "c.txt").write_text(" ".join(sentences))  # 16 leaves: more than FAISS buffers
+    assert run("index", str(folder), "--store", str(store))[0] == 0
+    for file in store.glob("s2b.*.faiss"):
+        file.unlink()
+    real = faiss.write_index
+
+    def disk_full(index: Any, path: str) -> None:
+        real(index, "/dev/full")  # FAISS's own error for a write that finds no room
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(faiss, "write_index", disk_full)
+        code, out, err = run("query", "markbeta", "--store", str(store), "--json", "-k", "1")
+    assert (code, err) == (0, "")
+    assert [r["text"] for r in json.loads(out)["results"]] == ["River stone markbeta."]
