@@ -249,7 +249,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                 print(f"s2b: error: {directory} is damaged; run: {repair}", file=sys.stderr)
                 return 1
             code = _after_repair(store, found, out)
-            store.save_index()
+            store.save_index(replace=found.index_file)
             return code
         finally:
             store.close()

@@ -111,10 +111,13 @@ class Store:
         with self.db.read():
             return self.index.open(self.directory, mapped=read_only)
 
-    def save_index(self) -> None:
-        """After a writer's last commit: the FAISS file of the state it leaves."""
+    def save_index(self, *, replace: bool = False) -> None:
+        """After a writer's last commit: the FAISS file of the state it leaves.
+
+        ``replace``: write it even if a file for that state exists (a repair).
+        """
         with self.db.read(), contextlib.suppress(OSError):
-            self.index.write_file(self.directory)
+            self.index.write_file(self.directory, replace=replace)
 
     def upgrade(self) -> bool:
         """Bring a store of an older schema up to date (call under the writer lock)."""

@@ -720,17 +720,30 @@ class SQLiteFaissIndex(FaissIndex):
         else:
             self._adopt(index)
 
-    def write_file(self, directory: Path) -> Path | None:
-        """Write FAISS as the file of the state being read; remove the other states' files."""
+    def write_file(self, directory: Path, *, replace: bool = False) -> Path | None:
+        """Write FAISS as the file of the state being read; remove the other states' files.
+
+        A store without leaves has no file. A file already there for this state
+        is kept, unless ``replace`` (a repair: the file did not match the
+        database). The new file is written beside it and renamed over it. A
+        failed write (FAISS reports a full disk as a ``RuntimeError``) is an
+        ``OSError``.
+        """
         stamp = self.db.stamp()
-        if stamp is None or self._index is None:
+        if stamp is None:
+            return None
+        if self._index is None:  # no leaves: no file, for this state or an older one
+            for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):
+                other.unlink(missing_ok=True)
             return None
         file = index_file(directory, stamp)
-        if not file.exists():
+        if replace or not file.exists():
             temp = file.with_name(f".tmp-{secrets.token_hex(4)}-{file.name}")
             try:
                 faiss.write_index(self._index, str(temp))
                 os.replace(temp, file)
+            except RuntimeError as err:
+                raise OSError(f"could not write {file}: {str(err).splitlines()[-1]}") from err
             finally:
                 temp.unlink(missing_ok=True)
         for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):

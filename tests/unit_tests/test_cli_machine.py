@@ -25,8 +25,8 @@ Damage: the FAISS file of the current commit is deleted (the next command
 builds it again: ``verify`` is then ``ok``), or replaced by the file of an
 older commit (``verify`` reports "1 FAISS index file that does not match the
 database" exactly when the old file's ids or vectors differ from the
-database's, and ``verify --repair`` says it repaired it; see
-:data:`REPAIR_REPLACES_STALE_FILE`).
+database's, and ``verify --repair`` says it repaired it and writes the file
+again: the next command reads the repaired file).
 
 After every step, through a fresh open of the store as a new command opens it
 (the FAISS file memory-mapped, in one read snapshot):
@@ -46,8 +46,8 @@ After every step, through a fresh open of the store as a new command opens it
   raises it; the store holds the FAISS file of its commit and no other.
 
 ``S2B_CLI_SEQUENCES`` / ``S2B_CLI_STEPS`` scale it (default 30 x 10, ~25 s on a busy
-2-core machine; ``CI=true``: 60 x 12). Two bugs it found are shown at the end of this file by
-one small run each, marked ``xfail(strict=True)`` until they are fixed.
+2-core machine; ``CI=true``: 60 x 12). Two bugs it found (fixed) are shown at the end of
+this file by one small run each.
 """
 
 from __future__ import annotations
@@ -95,13 +95,6 @@ from langchain_s2b.store.sqlite import index_file
 CI = os.environ.get("CI", "").lower() == "true"
 SEQUENCES = int(os.environ.get("S2B_CLI_SEQUENCES", 60 if CI else 30))
 STEPS = int(os.environ.get("S2B_CLI_STEPS", 12 if CI else 10))
-
-REPAIR_REPLACES_STALE_FILE = False
-"""``verify --repair`` rebuilds FAISS in memory but leaves a stale file of the current commit
-in place (``write_file`` keeps a file that exists; the repair raises no commit), so the next
-command reads the stale file again: the bug that ``test_repair_replaces_a_stale_faiss_file``
-(xfail) shows. Until it is fixed the machine removes the stale file after the repair (the
-next command then builds it); set this to True with the fix."""
 
 FILES = ["a.txt", "sub/b.txt", "sub/deep/c d.txt", "e.txt"]
 """Paths in the folder; ``MARKERS[i]`` appears only in ``FILES[i]``."""
@@ -450,8 +443,6 @@ class CliMachine(RuleBasedStateMachine):
         assert (code, err) == (0, ""), (out, err)
         assert out.splitlines()[1] == damaged, out
         assert out.splitlines()[2].startswith("repaired: 0 document(s) rebuilt"), out
-        if not REPAIR_REPLACES_STALE_FILE:
-            current.unlink()  # see REPAIR_REPLACES_STALE_FILE: the next command builds it
 
     # What must hold after every step ------------------------------------------------------
 
@@ -584,11 +575,6 @@ def _two_commits(tmp_path: Path) -> tuple[Path, Path, Path]:
     return folder, store, tmp_path / first.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify --repair rebuilds FAISS in memory but keeps a stale file of the current "
-    "commit (SQLiteFaissIndex.write_file skips a file that exists), so it stays damaged",
-)
 def test_repair_replaces_a_stale_faiss_file(tmp_path: Path) -> None:
     _, store, old = _two_commits(tmp_path)
     (current,) = store.glob("s2b.*.faiss")
@@ -603,11 +589,6 @@ def test_repair_replaces_a_stale_faiss_file(tmp_path: Path) -> None:
     assert [r["text"] for r in json.loads(out)["results"]] == ["River stone markbeta."]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SQLiteFaissIndex.open suppresses only OSError around write_file, but "
-    "faiss.write_index reports a failed write (a full disk) as RuntimeError: s2b query crashes",
-)
 def test_a_reader_answers_when_the_faiss_file_can_not_be_written(tmp_path: Path) -> None:
     """``open``: "a store that can not be written to is read all the same"."""
     folder, store, _ = _two_commits(tmp_path)
