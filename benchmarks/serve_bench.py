@@ -15,17 +15,17 @@ same options (``k=4``, parent mode, the defaults):
 
 - **server**: ``s2b serve --store DIR`` over stdio, driven by the MCP SDK's own
   client (``ClientSession.call_tool("search", ...)``). Reported: the time from
-  starting the process to an initialised session (the store is opened and its
-  index built before the server answers), the first ``search`` (it also builds
-  the BM25 index), then each ``search`` call's round trip.
+  starting the process to an initialised session (the store is opened: its
+  FAISS file read, memory-mapped, before the server answers), the first
+  ``search``, then each ``search`` call's round trip.
 - **s2b query**: ``python -m langchain_s2b query Q --store DIR`` as a user runs
-  it, a fresh process per question (imports, opening the store, rebuilding
-  FAISS and BM25 from SQLite, the search, printing).
+  it, a fresh process per question (imports, opening the store and its FAISS
+  file, the search, printing).
 
 Rounds interleave the sides (a server call, then the command, per question).
 Then one file is indexed into the store by another process while the server
-runs, and the next ``search`` is timed (it sees the commit and rebuilds its
-index), then the one after it. The server's top context is checked against
+runs, and the next ``search`` is timed (it sees the commit and opens the FAISS
+file of that commit), then the one after it. The server's top context is checked against
 ``s2b query --json``'s for every question. Figures are medians; the machine's
 load average is recorded.
 """
