@@ -16,7 +16,7 @@ budget also reports the tokens returned, evidence recall and evidence
 precision (the share of returned characters inside gold evidence).
 
     python benchmarks/quality.py [--questions N] [--data DIR] [--cache FILE] [--json FILE]
-                                 [--only ROW,ROW] [--rules told,...]
+                                 [--only "ROW;ROW"] [--rules told,...]
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.embeddings import LocalE5Embeddings
 from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
+
+from models import MODELS, load_model  # benchmarks/models.py (the folder is on sys.path)
 
 BUDGETS = (256, 512, 1024, 2048, 8192)
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,9 +64,15 @@ class Cached(MemoEmbeddings):
                 for text, vec in zip(data[f"{name}_text"], data[f"{name}_vec"], strict=True):
                     table[str(text)] = vec.tolist()
 
+    @property
+    def size(self) -> int:
+        """How many vectors it holds."""
+        return len(self._docs) + len(self._queries)
+
     def warm_queries(self, texts: list[str]) -> None:
         todo = [t for t in dict.fromkeys(texts) if t not in self._queries]
-        self._queries.update(zip(todo, self.inner.embed_queries(todo), strict=True))
+        if todo:
+            self._queries.update(zip(todo, self.inner.embed_queries(todo), strict=True))
 
 
 def load(data: Path) -> list[Document]:
@@ -76,13 +83,20 @@ def load(data: Path) -> list[Document]:
     ]
 
 
-def rows(emb: Cached, documents: list[Document]) -> dict[str, Callable[[], BaseRetriever]]:
-    """Every configuration measured, by name (built lazily, sharing the embeddings)."""
+def rows(
+    emb: Cached, documents: list[Document], **options: Any
+) -> dict[str, Callable[[], BaseRetriever]]:
+    """Every configuration measured, by name (built lazily, sharing the embeddings).
+
+    ``options``: retriever options every small-to-big row takes (``margin=``).
+    """
     built: dict[str, SmallToBigRetriever] = {}
 
     def index(mode: str) -> SmallToBigRetriever:
         if mode not in built:
-            built[mode] = SmallToBigRetriever.from_documents(documents, emb, mode=mode)
+            built[mode] = SmallToBigRetriever.from_documents(
+                documents, emb, mode=mode, **options
+            )
         return built[mode]
 
     def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
@@ -97,6 +111,7 @@ def rows(emb: Cached, documents: list[Document]) -> dict[str, Callable[[], BaseR
         "window, w = 1, dense": copy("window", window_size=1, hybrid=False),
         "parent (~1,200-token parents)": copy("parent"),
         "multilevel": copy("multilevel"),
+        "pack": copy("multilevel", mode="pack"),
         "multilevel, dense": copy("multilevel", hybrid=False),
         "CLI tree, parent = paragraph": copy("multilevel", mode="parent"),
         "CLI tree, parent = section": copy("multilevel", mode="parent", parent_level="section"),
@@ -109,19 +124,23 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--cache", type=Path, default=None, help="an .npz of embeddings to reuse")
     parser.add_argument("--json", type=Path, default=None, help="write every rate here")
-    parser.add_argument("--only", default=None, help="comma-separated row names to run")
+    parser.add_argument("--only", default=None, help="row names to run, separated by ;")
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules")
+    parser.add_argument("--model", choices=MODELS, default="e5", help="the embedding model")
+    parser.add_argument("--margin", type=float, default=None, help="evidence margin (std devs)")
     args = parser.parse_args()
     rules = args.rules.split(",")
     documents = load(args.data)
     questions = load_questions(args.data / "questions.jsonl", limit=args.questions)
-    emb = Cached(LocalE5Embeddings())
+    emb = Cached(load_model(args.model))
     if args.cache:
         emb.load(args.cache)
+    cached = emb.size
     t0 = time.perf_counter()
     emb.warm_queries([q.question for q in questions])
-    table = rows(emb, documents)
-    wanted = list(table) if args.only is None else args.only.split(",")
+    options = {} if args.margin is None else {"margin": args.margin}
+    table = rows(emb, documents, **options)
+    wanted = list(table) if args.only is None else args.only.split(";")
     reports = []
     for name in wanted:
         t = time.perf_counter()
@@ -132,7 +151,7 @@ def main() -> None:
             for rule in rules
         )
         print(f"{name}: {rates} ({time.perf_counter() - t:.0f}s)", flush=True)
-    if args.cache:
+    if args.cache and emb.size > cached:  # only what was embedded anew is worth a write
         emb.save(args.cache)
     for rule in rules:
         for metric in METRICS:

@@ -41,7 +41,14 @@ from langchain_s2b.core import verify as checks
 from langchain_s2b.core.batch import lockstep
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.ingest import IndexingResult
-from langchain_s2b.core.params import OVERRIDABLE, Mode, QueryParams, check, with_overrides
+from langchain_s2b.core.params import (
+    MARGIN,
+    OVERRIDABLE,
+    Mode,
+    QueryParams,
+    check,
+    with_overrides,
+)
 from langchain_s2b.core.requests import Op
 from langchain_s2b.core.retrieval import retrieve
 from langchain_s2b.core.splitters import default_levels
@@ -125,8 +132,8 @@ class SmallToBigRetriever(BaseRetriever):
     """Splitter of the embedded level (default: ~300 tokens, or sentences)."""
     parent_splitter: Any = None
     """Splitter of the parent level in parent mode (default: ~1,200 tokens)."""
-    k: int = Field(default=4, gt=0)
-    """Results per query (parents, windows or contexts)."""
+    k: int | None = Field(default=None, gt=0)
+    """Results per query (parents, windows or contexts); ``None``: 4, or as many as fit a budget."""
     fetch_k: int = Field(default=16, gt=0)
     """Children fetched by the first search; doubled until ``k`` results exist."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -140,15 +147,15 @@ class SmallToBigRetriever(BaseRetriever):
     coalesce: bool = True
     """Windows of one source never share a split: a hit inside a better window joins it."""
     max_tokens: int | None = Field(default=None, gt=0)
-    """Token budget for all results together, filled breadth-first (see README, token budgets)."""
+    """Token ceiling for all results together: each whole when it fits, else cut (README)."""
     token_counter: TokenCounter = approximate_tokens
     """Text -> tokens for ``max_tokens`` (e.g. ``chat_model.get_num_tokens``; not saved)."""
     hybrid: bool = True
-    """Under a budget, rank children by dense and BM25 scores fused (needs ``tantivy``)."""
+    """Rank children by dense and BM25 scores fused by z-scores (needs ``tantivy``)."""
     parent_level: str | None = None
     """Parent mode: the level of the parent returned (default: the child's nearest ancestor)."""
-    margin: float = Field(default=0.06, ge=0)
-    """Hits within this score of the best are evidence (multilevel escalation, budget seeds)."""
+    margin: float = Field(default=MARGIN, ge=0)
+    """Evidence: hits within this many standard deviations of the query's scores of the best."""
     merge_threshold: float | None = Field(default=None, ge=0, lt=1)
     """Multilevel: also merge into a parent when more than this share of its children hit."""
     source_id_key: str | list[str] | None = None

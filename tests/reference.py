@@ -10,51 +10,69 @@ The contract, written once here:
 * **Search.** A search ``fetch`` deep returns the ``fetch`` best children that
   pass the filter. When the ``fetch``-th and the next child score the same,
   the engine chose among equals, so that whole group of equal scores is left
-  out. It is *exhausted* when no more than ``fetch`` children match. ``fetch``
-  starts at ``max(fetch_k, k)`` and doubles until ``k`` results exist or the
-  search is exhausted. Hits rank by score, ties in document order (source key,
-  then split id).
-* **parent.** One result per parent of a hit, ranked by its best hit (ties in
-  document order); the first ``k``. ``matches``: every hit inside.
-* **window.** Hits seed windows best first. A hit inside an earlier window of
-  its source joins it (a match; it widens nothing). Any other hit, while fewer
-  than ``k`` windows exist, seeds a window of the free splits around it, at
-  most ``before``/``after`` splits away: it stops where an earlier window
-  begins. Touching windows stay separate results. Without ``coalesce`` the
-  ``k`` best hits each get their full window and only their own match.
-* **multilevel.** One context per source, ranked by best hit; the first ``k``.
-  Evidence: the source's hits within ``margin`` of its best and not below the
-  score of the query's ``fetch_k``-th hit (the best always counts). The
-  context is the lowest node that holds all evidence. When the contexts
-  together exceed 1,024 tokens, the budget rule below applies with 1,024 and
-  its first ``k`` results are returned.
-* **max_tokens (every mode): a ceiling.** One search ``fetch_k`` deep (deeper,
-  doubling, only while fewer than ``fetch_k`` hits came back because a group
-  of equal scores above 0 and within ``margin`` of the best was left out at
-  the cut). The seeds are the evidence: among the first ``fetch_k`` hits, the
-  ones scoring above 0 and within ``margin`` of the best, rank ``r`` from 0,
-  weight ``1 / (r + 1)``.
-  If no seed's own text fits the budget, nothing comes back. A leaf inside a
-  seed's reach (window: ``before``/``after``; parent: the seed's parent;
-  multilevel: its source) is worth ``weight / 2 ** distance``, summed over the
-  seeds; the floor is the weakest seed's weight, or half the best one's if
-  that is less. First every seed is chosen, best first, if its tokens
-  (``ceil(chars / 4)``, or the token counter's) fit what is left. Then,
-  repeatedly, the most valuable leaf worth at least the floor that touches a
-  chosen leaf (ties: nearer a seed, then source key, then split id) is chosen
-  if it fits what is left, else never again. Each run of consecutive chosen
-  leaves is a result (``escalation`` ``"budget"``, its ``split_ids`` and
-  ``tokens``), ranked by the best seed inside; in multilevel mode each carries
-  the ``context`` of its source (sources numbered by their best result). A
-  counter that charges the merged runs more than the budget gets the last
-  chosen leaves back until they fit.
-* **hybrid (under a budget).** The dense search goes ``max(fetch_k, 100)``
-  deep. BM25 (from its formula, over every leaf of the index, with the
-  library's analyser) ranks the leaves that pass the filter; its 100 best and
-  the dense hits are fused by ``z(dense) + 0.3 z(BM25)``, and that order is the
-  rank order of the rule above (scores stay the cosines; a leaf only BM25 found
-  gets its cosine from the index). Each result and match carries its
-  ``fused_score``.
+  out. It is *exhausted* when no more than ``fetch`` children match. Hits rank
+  by score, ties in document order (source key, then split id).
+* **Relevance.** The scale of a query is the mean and standard deviation of
+  the first 100 scores of the search; a hit's relevance is its z-score on it
+  (no spread: 0). With hybrid search, BM25 (from its formula, over every leaf
+  of the index, with the library's analyser) ranks the leaves that pass the
+  filter; its 100 best join the dense hits (a leaf only BM25 found gets its
+  cosine from the index), the fused score is ``z + 0.3 z(BM25)`` (BM25's
+  z-scores over its own list; a leaf it did not return gets its lowest), the
+  hits rank by it (ties: the dense order, then BM25's), and the relevance is
+  its z-score on the scale of the first 100 fused scores. ``fused_score`` on
+  each result (its best match's) and match is the fused score. The
+  *evidence*: hits scoring above 0 whose relevance is within ``margin`` of
+  the best.
+* **Depth.** The first search is ``max(fetch_k, k)`` deep, at least 100 when
+  relevance is read (hybrid search, multilevel and pack modes, ``k=None``),
+  and doubles until the mode has ``k`` results, or, with ``k=None`` (only
+  under a budget; without one it means 4), until no child left out could be
+  evidence (one scoring above 0 whose dense z-score, plus under hybrid search
+  0.3 times BM25's lowest z, on the relevance scale, reaches the bar), or the
+  search is exhausted.
+* **Results.** Every result carries its ``tokens``. parent: one per parent of
+  a hit, ranked by its best-ranked hit; ``matches``: the hits inside. window:
+  hits seed windows best first; a hit inside an earlier window of its source
+  joins it (it widens nothing); any other hit, while fewer than ``k`` windows
+  exist, seeds a window of the free splits around it, at most
+  ``before``/``after`` splits away (``level`` ``"window"``). Without
+  ``coalesce`` the ``k`` best hits each get their full window and only their
+  own match. multilevel: one context per source. A hit scoring 0 or less never
+  joins another hit's result. The first ``k`` results are kept; with
+  ``k=None`` every one that holds evidence.
+* **max_tokens (parent, window): a ceiling.** Results in rank order, each
+  whole (with its ``tokens``) when its tokens (``ceil(chars / 4)``, or the
+  token counter's) fit what is left; else cut: from its best hit whose own
+  leaf fits, a run of leaves inside the result grows one leaf at a time
+  towards the neighbour worth more (``0.5 ** distance`` summed over the
+  result's hits; ties: the one before) while the run's text fits; a result
+  none of whose hits fits is passed over. A cut run: ``level`` the leaf
+  level, ``escalation`` ``"cut"``, ``cut_from`` (the whole's level, key for a
+  node, span), ``split_ids``, ``tokens``.
+* **multilevel.** Always under a ceiling (``max_tokens``, else 1,024). A
+  context's evidence: the query's evidence in its source, else its best hit.
+  Its node: the lowest one that holds all of it (``single-parent`` at the
+  leaves' parent, else ``spans-parents``). Contexts in order: a node that fits
+  what is left is placed whole; one that does not splits its evidence by the
+  child of the node each hit lies in, and each part (in order of its best hit)
+  is placed the same way from its own lowest node; a part whose leaves'
+  parent does not fit waits. Placing stops at ``k`` results. Then each waiting
+  part, while fewer than ``k`` results exist, gets a run cut from that parent
+  around its hits, as above. Results carry ``context`` (their source's place
+  among the contexts) and ``tokens``, ordered by context, then start.
+* **pack.** Under a ceiling (``max_tokens``, else 1,024). The seeds are the
+  evidence, rank ``r`` from 0, weight ``1 / (r + 1)``. If no seed's own text
+  fits, nothing comes back. A leaf of a seed's source is worth
+  ``weight / 2 ** distance``, summed over the seeds; the floor is the weakest
+  seed's weight, or half the best one's if that is less. First every seed is
+  chosen, best first, if it fits what is left. Then, repeatedly, the most
+  valuable leaf worth at least the floor that touches a chosen leaf (ties:
+  nearer a seed, then source key, then split id) is chosen if it fits what is
+  left, else never again. Each run of consecutive chosen leaves is a result
+  (``escalation`` ``"budget"``, ``split_ids``, ``tokens``, ``context``),
+  ranked by the best seed inside; the first ``k``. A counter that charges the
+  merged runs more than the budget gets the last chosen leaves back.
 """
 
 from __future__ import annotations
@@ -269,26 +287,42 @@ def tokens(n_chars: int) -> int:
     return math.ceil(n_chars / 4)
 
 
-# Modes ------------------------------------------------------------------------------
+# Settings ---------------------------------------------------------------------------
+
+DEFAULT_K = 4
+STATS_DEPTH = 100
+TOP_N = 100
+LEXICAL_WEIGHT = 0.3
+MULTILEVEL_BUDGET = 1024
 
 
 @dataclass
 class Settings:
     """The retrieval options the reference reads."""
 
-    k: int = 4
+    k: int | None = 4
     fetch_k: int = 16
     before: int = 3
     after: int = 3
     coalesce: bool = True
     max_tokens: int | None = None
-    margin: float = 0.06
+    margin: float = 1.0
     token_counter: Callable[[str], int] | None = None
     """``None``: ``ceil(chars / 4)``."""
     lexical: Lexical | None = None
-    """Hybrid search under a budget (``None``: dense only)."""
+    """Hybrid search (``None``: dense only)."""
     trace: dict[str, Any] = field(default_factory=dict)
     """What a run computed on the way (``fused``: the fused scores), for the tests."""
+
+    @property
+    def count(self) -> int | None:
+        """At most this many results; ``None``: as many as fit (``k=None`` with a budget)."""
+        if self.k is None and self.max_tokens is None:
+            return DEFAULT_K
+        return self.k
+
+    def tokens_of(self, text: str) -> int:
+        return self.token_counter(text) if self.token_counter else tokens(len(text))
 
 
 @dataclass
@@ -303,38 +337,120 @@ class Lexical:
     """A leaf's score against the query, as the child index gives it."""
 
 
-MULTILEVEL_BUDGET = 1024
+def text_of(node: Node) -> str:
+    return node.source.text[node.start : node.end]
 
 
-def parent_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
-    """(number of candidate results, the results)."""
-    by_parent: dict[int, tuple[Node, list[Hit]]] = {}
+# Ranking: z-scores of the query's own scores, BM25 fused --------------------------------
+
+
+@dataclass
+class Ranking:
+    """One search's hits in rank order, each hit's relevance, and what may lie deeper."""
+
+    hits: list[Hit]
+    relevance: dict[str, float]
+    exhausted: bool
+    bound: float | None
+    """The best relevance a child the search did not return may have (``None``: none)."""
+
+
+def z_of(scores: list[float]) -> Callable[[float], float]:
+    """The z-score on the scale of the first 100 scores (no spread: 0)."""
+    top = scores[:STATS_DEPTH]
+    if not top or max(top) == min(top):
+        return lambda x: 0.0
+    mean = sum(top) / len(top)
+    std = math.sqrt(sum((v - mean) ** 2 for v in top) / len(top))
+    return lambda x: (x - mean) / std
+
+
+def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
+    ranked = sorted(oracle(depth), key=lambda h: h.order)
+    hits, exhausted = settle(ranked, depth)
+    hits = sorted(hits, key=lambda h: h.order)
+    z = z_of([h.score for h in hits])
+    last: float | None = None
+    if not exhausted:
+        tied = ranked[depth - 1].score if len(hits) < depth else None
+        last = tied if tied is not None else hits[-1].score
+    if s.lexical is None:
+        relevance = {h.node.key: z(h.score) for h in hits}
+        bound = None if last is None or last <= 0 else z(last)
+        return Ranking(hits, relevance, exhausted, bound)
+    lex = s.lexical
+    node_of = {n.key: n for n in lex.leaves}
+    docs = {n.key: analyze(text_of(n)) for n in lex.leaves}  # every leaf, whatever the filter
+    scores = bm25(analyze(lex.query), docs)
+    best = sorted(
+        ((k, v) for k, v in scores.items() if lex.passes(node_of[k])),
+        key=lambda pair: (-pair[1], pair[0]),
+    )[:TOP_N]
+    by_key = {h.node.key: h for h in hits}
+    for key, _ in best:
+        by_key.setdefault(key, Hit(node_of[key], lex.cosine(node_of[key])))
+    zl = dict(zip([k for k, _ in best], standardised([v for _, v in best]), strict=True))
+    low = min(zl.values(), default=0.0)
+    fused = {k: z(h.score) + LEXICAL_WEIGHT * zl.get(k, low) for k, h in by_key.items()}
+    position = {k: i for i, k in enumerate(by_key)}
+    keys = sorted(by_key, key=lambda k: (-fused[k], position[k]))
+    s.trace["fused"] = fused
+    zf = z_of([fused[k] for k in keys])  # relevance: on the scale of the fused scores
+    bound = None if last is None or last <= 0 else zf(z(last) + LEXICAL_WEIGHT * low)
+    relevance = {k: zf(fused[k]) for k in keys}
+    return Ranking([by_key[k] for k in keys], relevance, exhausted, bound)
+
+
+def evidence(r: Ranking, s: Settings) -> list[Hit]:
+    """Hits above 0 whose relevance is within ``margin`` of the best relevance."""
+    if not r.hits:
+        return []
+    bar = max(r.relevance.values()) - s.margin
+    return [h for h in r.hits if h.score > 0 and r.relevance[h.node.key] >= bar]
+
+
+# Units: what one result of each mode is, before any ceiling ----------------------------
+
+
+@dataclass
+class Unit:
+    """One result: its source, its hits (rank order), and its span."""
+
+    source: Source
+    hits: list[Hit]
+    node: Node | None = None
+    """Parent mode and multilevel contexts: the node (parent) or none (a context)."""
+    lo: int = 0
+    hi: int = 0
+    """Window mode: the window's split ids."""
+
+
+def parent_units(hits: list[Hit], s: Settings) -> list[Unit]:
+    units: dict[int, Unit] = {}
     for hit in hits:
         parent = hit.node.parent
         assert parent is not None
-        by_parent.setdefault(id(parent), (parent, []))[1].append(hit)
-    ranked = sorted(
-        by_parent.values(),
-        key=lambda pair: (-max(h.score for h in pair[1]), pair[0].source.key, pair[0].start),
-    )
-    docs = [
-        result(p.source, p.start, p.end, hs, "parent", p.level, id=p.key) for p, hs in ranked[: s.k]
-    ]
-    return len(ranked), docs
+        if id(parent) not in units:
+            units[id(parent)] = Unit(hit.node.source, [hit], node=parent)
+        elif hit.score > 0:
+            units[id(parent)].hits.append(hit)
+    return list(units.values())
 
 
-def window_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
-    """(number of windows, the results)."""
-    windows: list[tuple[Source, int, int, list[Hit]]] = []
+def window_units(hits: list[Hit], s: Settings) -> list[Unit]:
+    windows: list[Unit] = []
     owner: dict[tuple[str, int], int] = {}
     for hit in hits:
         node = hit.node
         here = (node.source.key, node.split_id)
         if s.coalesce and here in owner:
-            windows[owner[here]][3].append(hit)
+            if hit.score > 0:
+                windows[owner[here]].hits.append(hit)
             continue
-        if len(windows) >= s.k:
-            continue
+        if s.count is not None and len(windows) >= s.count:
+            if s.coalesce:
+                continue
+            break
         n = len(node.source.levels[node.level])
         lo = hi = node.split_id
         key = node.source.key
@@ -343,15 +459,9 @@ def window_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
         while hi + 1 <= min(n - 1, node.split_id + s.after) and free(owner, key, hi + 1, s):
             hi += 1
         for j in range(lo, hi + 1):
-            owner.setdefault((node.source.key, j), len(windows))
-        windows.append((node.source, lo, hi, [hit]))
-    docs = []
-    for source, lo, hi, members in windows:
-        nodes = source.levels[members[0].node.level][lo : hi + 1]
-        start, end = nodes[0].start, max(n.end for n in nodes)
-        extra = {"split_ids": list(range(lo, hi + 1)), "missing_split_ids": [], "gaps": []}
-        docs.append(result(source, start, end, members, "window", nodes[0].level, **extra))
-    return len(windows), docs
+            owner.setdefault((key, j), len(windows))
+        windows.append(Unit(node.source, [hit], lo=lo, hi=hi))
+    return windows
 
 
 def free(owner: dict[tuple[str, int], int], key: str, split: int, s: Settings) -> bool:
@@ -359,72 +469,334 @@ def free(owner: dict[tuple[str, int], int], key: str, split: int, s: Settings) -
     return not s.coalesce or (key, split) not in owner
 
 
-def multilevel_mode(hits: list[Hit], s: Settings) -> tuple[int, list[Document]]:
-    """(number of sources hit, the results)."""
-    by_source: dict[str, list[Hit]] = {}
+def context_units(hits: list[Hit], s: Settings) -> list[Unit]:
+    by_source: dict[str, Unit] = {}
     for hit in hits:
-        by_source.setdefault(hit.node.source.key, []).append(hit)
-    ranked = sorted(by_source.items(), key=lambda item: (-item[1][0].score, item[0]))
-    scores = [h.score for h in hits]
-    floor = scores[min(s.fetch_k, len(scores)) - 1] if scores else -math.inf
-    docs: list[Document] = []
-    for rank_no, (_, source_hits) in enumerate(ranked[: s.k]):
-        best = source_hits[0].score
-        cut = max(best - s.margin, min(floor, best))
-        evidence = [h for h in source_hits if h.score >= cut]
-        docs += [part(evidence, p, rank_no) for p in context(evidence)]
-    return len(ranked), docs
+        key = hit.node.source.key
+        if key not in by_source:
+            by_source[key] = Unit(hit.node.source, [hit])
+        elif hit.score > 0:
+            by_source[key].hits.append(hit)
+    return list(by_source.values())
 
 
-@dataclass
-class Part:
-    """One multilevel result before it is built: nodes joined."""
-
-    nodes: list[Node]
-    label: str
-
-    @property
-    def span(self) -> tuple[int, int]:
-        return self.nodes[0].start, max(n.end for n in self.nodes)
+UNITS: Mapping[str, Callable[[list[Hit], Settings], list[Unit]]] = {
+    "parent": parent_units,
+    "window": window_units,
+    "multilevel": context_units,
+    "pack": lambda hits, s: [Unit(h.node.source, [h]) for h in hits],
+}
 
 
-def context(evidence: list[Hit]) -> list[Part]:
-    """The parts of one context: the lowest common node of the evidence (joined runs)."""
+# Retrieval ----------------------------------------------------------------------------
+
+
+def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
+    """The documents ``invoke`` must return, given what the index ranks."""
+    scaled = s.lexical is not None or mode in ("multilevel", "pack") or s.count is None
+    depth = max(s.fetch_k, s.count or 0, STATS_DEPTH if scaled else 0)
+    while True:
+        r = rank(oracle, s, depth)
+        units = UNITS[mode](r.hits, s)
+        if r.exhausted:
+            break
+        if s.count is not None:
+            if len(units) >= s.count:
+                break
+        elif r.bound is None or not r.relevance or r.bound < max(r.relevance.values()) - s.margin:
+            break
+        depth *= 2
+    chosen = choose(units, r, s)
+    if mode == "multilevel":
+        docs = multilevel(chosen, r, s)
+    elif mode == "pack":
+        docs = pack(r, s)
+    else:
+        docs = held(mode, chosen, s)
+    if s.lexical is not None:
+        for doc in docs:
+            matches = doc.metadata["matches"]
+            for m in matches:
+                m["fused_score"] = s.trace["fused"][m["key"]]
+            doc.metadata["fused_score"] = max(m["fused_score"] for m in matches)
+    return docs
+
+
+def choose(units: list[Unit], r: Ranking, s: Settings) -> list[Unit]:
+    """The first ``k``; with ``k=None``, every unit that holds evidence."""
+    if s.count is not None:
+        return units[: s.count]
+    found = {h.node.key for h in evidence(r, s)}
+    return [u for u in units if any(h.node.key in found for h in u.hits)]
+
+
+def whole(mode: str, unit: Unit) -> Document:
+    """A parent or window result, whole."""
+    if mode == "parent":
+        p = unit.node
+        assert p is not None
+        return result(p.source, p.start, p.end, unit.hits, "parent", p.level, id=p.key)
+    nodes = unit.source.levels[unit.hits[0].node.level][unit.lo : unit.hi + 1]
+    start, end = nodes[0].start, max(n.end for n in nodes)
+    extra = {"split_ids": list(range(unit.lo, unit.hi + 1)), "missing_split_ids": [], "gaps": []}
+    return result(unit.source, start, end, unit.hits, "window", "window", **extra)
+
+
+def held(mode: str, units: list[Unit], s: Settings) -> list[Document]:
+    """Each result whole while it fits what is left of the budget, else cut around its hits."""
+    docs = [whole(mode, u) for u in units]
+    for doc in docs:
+        doc.metadata["tokens"] = s.tokens_of(doc.page_content)
+    if s.max_tokens is None:
+        return docs
+    left, out = s.max_tokens, []
+    for unit, doc in zip(units, docs, strict=True):
+        cost = doc.metadata["tokens"]
+        if cost <= left:
+            out.append(doc)
+            left -= cost
+            continue
+        leaf_level = unit.hits[0].node.level
+        every = unit.source.levels[leaf_level]
+        if mode == "window":
+            inside = every[unit.lo : unit.hi + 1]
+        else:
+            p = unit.node
+            assert p is not None
+            inside = [n for n in every if p.start <= n.start and n.end <= p.end]
+        cut_from: dict[str, Any] = {"level": doc.metadata["level"]}
+        if mode == "parent":
+            cut_from["key"] = doc.id
+        cut_from.update(start=doc.metadata["start"], end=doc.metadata["end"])
+        piece = cut(unit.hits, inside, left, s, mode, cut_from)
+        if piece is not None:
+            out.append(piece)
+            left -= piece.metadata["tokens"]
+    return out
+
+
+def cut(
+    hits: list[Hit], inside: list[Node], left: int, s: Settings, mode: str, cut_from: dict[str, Any]
+) -> Document | None:
+    """The run grown from the best hit whose own sentence fits: towards the neighbour worth
+    more (``0.5 ** distance`` summed over ``hits``; ties: the one before), while it fits."""
+    by_split = {n.split_id: n for n in inside}
+    for seed in hits:
+        here = seed.node.split_id
+        if here not in by_split or s.tokens_of(text_of(seed.node)) > left:
+            continue
+        lo = hi = here
+        open_sides = {-1, 1}
+        while open_sides:
+            sides = [d for d in sorted(open_sides) if (lo - 1 if d < 0 else hi + 1) in by_split]
+            open_sides &= set(sides)
+            if not sides:
+                break
+
+            ends = {-1: lo - 1, 1: hi + 1}
+            side = max(
+                sides,
+                key=lambda d: (sum(0.5 ** abs(ends[d] - h.node.split_id) for h in hits), -d),
+            )
+            new_lo, new_hi = (lo - 1, hi) if side < 0 else (lo, hi + 1)
+            text = seed.node.source.text[by_split[new_lo].start : by_split[new_hi].end]
+            if s.tokens_of(text) <= left:
+                lo, hi = new_lo, new_hi
+            else:
+                open_sides.discard(side)
+        first, last = by_split[lo], by_split[hi]
+        covered = [h for h in hits if lo <= h.node.split_id <= hi]
+        return result(
+            seed.node.source,
+            first.start,
+            last.end,
+            covered,
+            mode,
+            seed.node.level,
+            split_ids=list(range(lo, hi + 1)),
+            tokens=s.tokens_of(seed.node.source.text[first.start : last.end]),
+            escalation="cut",
+            cut_from=cut_from,
+        )
+    return None
+
+
+# Multilevel: the ladder under a ceiling -------------------------------------------------
+
+
+def lowest_common(evidence: list[Hit]) -> int:
+    """The index (in each chain) of the lowest node that holds every hit."""
     chains = [h.node.chain for h in evidence]
     depth = min(len(c) for c in chains)
-    top = next(i for i in range(depth) if len({id(c[i]) for c in chains}) == 1)
-    why = "single-parent" if top == 0 else "spans-parents"
-    nodes = {id(c[top]): c[top] for c in chains}
-    return [Part(p.nodes, why) for p in joined(sorted(nodes.values(), key=lambda n: n.start))]
+    return next((i for i in range(depth) if len({id(c[i]) for c in chains}) == 1), depth - 1)
 
 
-def joined(nodes: list[Node]) -> list[Part]:
-    """Adjacent or overlapping nodes (sorted by start) joined into runs."""
-    runs: list[Part] = []
-    for node in nodes:
-        if runs and node.start <= runs[-1].span[1]:
-            runs[-1].nodes.append(node)
+def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
+    found = {h.node.key for h in evidence(r, s)}
+    left = s.max_tokens if s.max_tokens is not None else MULTILEVEL_BUDGET
+    wholes: list[tuple[int, Node, list[Hit], str]] = []
+    cuts: list[tuple[int, Node, list[Hit]]] = []
+
+    def place(number: int, ev: list[Hit], level: int, why: str) -> None:
+        nonlocal left
+        if s.count is not None and len(wholes) >= s.count:
+            return
+        node = ev[0].node.chain[level]
+        cost = s.tokens_of(text_of(node))
+        if cost <= left:
+            left -= cost
+            wholes.append((number, node, ev, why))
+        elif level == 0:
+            cuts.append((number, node, ev))
         else:
-            runs.append(Part([node], ""))
+            parts: dict[int, list[Hit]] = {}
+            for h in ev:
+                parts.setdefault(id(h.node.chain[level - 1]), []).append(h)
+            for part in parts.values():
+                inner = lowest_common(part)
+                place(number, part, inner, "single-parent" if inner == 0 else "spans-parents")
+
+    for number, ctx in enumerate(contexts):
+        ev = [h for h in ctx.hits if h.node.key in found] or ctx.hits[:1]
+        level = lowest_common(ev)
+        place(number, ev, level, "single-parent" if level == 0 else "spans-parents")
+    docs: list[tuple[tuple[int, int], Document]] = []
+    for number, node, ev, why in wholes:
+        doc = result(
+            node.source,
+            node.start,
+            node.end,
+            ev,
+            "multilevel",
+            node.level,
+            escalation=why,
+            context=number,
+            tokens=s.tokens_of(text_of(node)),
+            id=node.key,
+        )
+        docs.append(((number, node.start), doc))
+    for number, node, ev in cuts:
+        if s.count is not None and len(docs) >= s.count:
+            break
+        every = node.source.levels[ev[0].node.level]
+        inside = [n for n in every if node.start <= n.start and n.end <= node.end]
+        cut_from = {"level": node.level, "key": node.key, "start": node.start, "end": node.end}
+        piece = cut(ev, inside, left, s, "multilevel", cut_from)
+        if piece is None:
+            continue
+        left -= piece.metadata["tokens"]
+        piece.metadata["context"] = number
+        docs.append(((number, piece.metadata["start"]), piece))
+    return [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+
+
+# Pack: hits first, then context by value, anywhere in the document ---------------------
+
+
+def pack(r: Ranking, s: Settings) -> list[Document]:
+    """Seeds: the evidence, rank ``r`` weighing ``1 / (r + 1)``; the free allocation."""
+    budget = s.max_tokens if s.max_tokens is not None else MULTILEVEL_BUDGET
+    seeds = evidence(r, s)
+    if not any(s.tokens_of(text_of(h.node)) <= budget for h in seeds):
+        return []
+    weight = [1.0 / (i + 1) for i in range(len(seeds))]
+    floor = min(min(weight), 0.5 * max(weight))
+    value: dict[tuple[str, int], float] = {}
+    nodes: dict[tuple[str, int], Node] = {}
+    seen: set[tuple[str, int]] = set()
+    for i, seed in enumerate(seeds):
+        here = (seed.node.source.key, seed.node.split_id)
+        if here in seen:
+            continue
+        seen.add(here)
+        for node in seed.node.source.levels[seed.node.level]:
+            place = (node.source.key, node.split_id)
+            distance = abs(node.split_id - seed.node.split_id)
+            value[place] = value.get(place, 0.0) + weight[i] * 0.5**distance
+            nodes[place] = node
+    seed_at: dict[tuple[str, int], int] = {}
+    for i, h in enumerate(seeds):
+        seed_at.setdefault((h.node.source.key, h.node.split_id), i)
+
+    def nearest(place: tuple[str, int]) -> int:
+        return min(abs(place[1] - p[1]) for p in seed_at if p[0] == place[0])
+
+    chosen: list[tuple[str, int]] = []
+    left = budget
+    for place in seed_at:  # the hits first, best first, each if it fits
+        cost = s.tokens_of(text_of(nodes[place]))
+        if cost <= left:
+            chosen.append(place)
+            left -= cost
+    dropped: set[tuple[str, int]] = set()
+    while left > 0:  # then context, most valuable first, never below the floor
+        open_ = [
+            p
+            for p in value
+            if p not in chosen
+            and p not in dropped
+            and value[p] >= floor
+            and ((p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
+        ]
+        if not open_:
+            break
+        pick = min(open_, key=lambda p: (-value[p], nearest(p), p[0], p[1]))
+        cost = s.tokens_of(text_of(nodes[pick]))
+        if cost <= left:
+            chosen.append(pick)
+            left -= cost
+        else:
+            dropped.add(pick)
+
+    def spans(places: list[tuple[str, int]]) -> list[tuple[Node, int, int]]:
+        out = []
+        for run in runs_of(sorted(places)):
+            first = nodes[run[0]]
+            out.append((first, first.start, max(nodes[p].end for p in run)))
+        return out
+
+    # a counter that charges merged text more than its parts: the last chosen go back
+    while sum(s.tokens_of(n.source.text[a:b]) for n, a, b in spans(chosen)) > budget:
+        chosen.pop()
+    docs = []
+    for run in runs_of(sorted(chosen)):
+        first = nodes[run[0]]
+        inside = [seeds[seed_at[p]] for p in run if p in seed_at]
+        start, end = first.start, max(nodes[p].end for p in run)
+        doc = result(
+            first.source,
+            start,
+            end,
+            inside,
+            "pack",
+            first.level,
+            escalation="budget",
+            split_ids=[p[1] for p in run],
+            tokens=s.tokens_of(first.source.text[start:end]),
+        )
+        docs.append((min(seed_at[p] for p in run if p in seed_at), doc))
+    ordered = [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+    contexts: dict[str, int] = {}
+    for doc in ordered:
+        doc.metadata["context"] = contexts.setdefault(doc.metadata["source_id"], len(contexts))
+    return ordered if s.count is None else ordered[: s.count]
+
+
+def runs_of(places: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """Consecutive leaves of one source, grouped."""
+    runs: list[list[tuple[str, int]]] = []
+    for p in places:
+        if runs and runs[-1][-1][0] == p[0] and runs[-1][-1][1] + 1 == p[1]:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
     return runs
 
 
-def part(evidence: list[Hit], p: Part, rank_no: int) -> Document:
-    """Build one multilevel part."""
-    start, end = p.span
-    node = p.nodes[0]
-    extra: dict[str, Any] = {"escalation": p.label, "context": rank_no, "id": node.key}
-    if len(p.nodes) > 1:
-        extra["keys"] = [n.key for n in p.nodes]
-    return result(node.source, start, end, evidence, "multilevel", node.level, **extra)
-
-
-# Hybrid search: BM25 from its formula, fused with the dense list by z-scores ----------
+# BM25 from its formula, and z-scores -------------------------------------------------
 
 K1, B = 1.2, 0.75
 """BM25's parameters (tantivy's, Lucene's)."""
-TOP_N = 100
-LEXICAL_WEIGHT = 0.3
 
 
 def bm25(
@@ -469,205 +841,3 @@ def standardised(values: list[float]) -> list[float]:
     mean = sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
     return [(v - mean) / std for v in values]
-
-
-def fuse(dense: list[Hit], lexical: Lexical, depth: int) -> tuple[list[Hit], dict[str, float]]:
-    """The dense hits and the ``depth`` best BM25 leaves that pass the filter, by fused score.
-
-    ``z(dense) + 0.3 z(BM25)``, each standardised over its own list; a leaf
-    one list lacks gets that list's lowest z. Ties: dense order, then the
-    lexical list's (BM25, then key).
-    """
-    node_of = {n.key: n for n in lexical.leaves}
-    docs = {
-        n.key: analyze(n.source.text[n.start : n.end]) for n in lexical.leaves
-    }  # statistics over every leaf of the index, whatever the filter
-    scores = bm25(analyze(lexical.query), docs)
-    ranked = sorted(
-        ((k, v) for k, v in scores.items() if lexical.passes(node_of[k])),
-        key=lambda pair: (-pair[1], pair[0]),
-    )[:depth]
-    by_key = {h.node.key: h for h in dense}
-    for key, _ in ranked:
-        by_key.setdefault(key, Hit(node_of[key], lexical.cosine(node_of[key])))
-    zd = dict(zip([h.node.key for h in dense], standardised([h.score for h in dense]), strict=True))
-    zl = dict(zip([k for k, _ in ranked], standardised([v for _, v in ranked]), strict=True))
-    low_d, low_l = min(zd.values(), default=0.0), min(zl.values(), default=0.0)
-    order = list(dict.fromkeys([h.node.key for h in dense] + [k for k, _ in ranked]))
-    fused = {k: zd.get(k, low_d) + LEXICAL_WEIGHT * zl.get(k, low_l) for k in order}
-    position = {k: i for i, k in enumerate(order)}
-    keys = sorted(order, key=lambda k: (-fused[k], position[k]))
-    return [by_key[k] for k in keys], fused
-
-
-# The budget -------------------------------------------------------------------------
-
-
-def budgeted(mode: str, oracle: Oracle, s: Settings, budget: int) -> list[Document]:
-    """The budget rule of the module docstring, step by step."""
-    count = s.token_counter or (lambda text: tokens(len(text)))
-    fetch = max(s.fetch_k, TOP_N) if s.lexical is not None else s.fetch_k
-    while True:
-        ranked = sorted(oracle(fetch), key=lambda h: h.order)
-        hits, exhausted = settle(ranked, fetch)
-        hits = sorted(hits, key=lambda h: h.order)
-        tied = ranked[fetch - 1].score if not exhausted and len(hits) < fetch else None
-        # a group of equal scores left out at the cut is searched for whole if it may count
-        if tied is None or tied <= 0 or len(hits) >= s.fetch_k:
-            break
-        if hits and tied < hits[0].score - s.margin:
-            break
-        fetch *= 2
-    fused: dict[str, float] | None = None
-    if s.lexical is not None:
-        hits, fused = fuse(hits, s.lexical, fetch)
-        s.trace["fused"] = fused
-    best = max((h.score for h in hits), default=0.0)
-    seeds = [h for h in hits[: s.fetch_k] if h.score > 0 and h.score >= best - s.margin]
-
-    def text(node: Node) -> str:
-        return node.source.text[node.start : node.end]
-
-    if not any(count(text(h.node)) <= budget for h in seeds):
-        return []
-    weight = [1.0 / (r + 1) for r in range(len(seeds))]
-    floor = min(min(weight), 0.5 * max(weight))
-    value: dict[tuple[str, int], float] = {}
-    nodes: dict[tuple[str, int], Node] = {}
-    seen: set[tuple[str, int]] = set()
-    for r, seed in enumerate(seeds):
-        here = (seed.node.source.key, seed.node.split_id)
-        if here in seen:
-            continue
-        seen.add(here)
-        for node in reach(seed.node, mode, s):
-            place = (node.source.key, node.split_id)
-            distance = abs(node.split_id - seed.node.split_id)
-            value[place] = value.get(place, 0.0) + weight[r] * 0.5**distance
-            nodes[place] = node
-    seed_at: dict[tuple[str, int], int] = {}
-    for r, h in enumerate(seeds):
-        seed_at.setdefault((h.node.source.key, h.node.split_id), r)
-
-    def nearest(place: tuple[str, int]) -> int:
-        return min(abs(place[1] - p[1]) for p in seed_at if p[0] == place[0])
-
-    chosen: list[tuple[str, int]] = []
-    left = budget
-    for place in seed_at:  # the hits first, best first, each if it fits
-        cost = count(text(nodes[place]))
-        if cost <= left:
-            chosen.append(place)
-            left -= cost
-    dropped: set[tuple[str, int]] = set()
-    while left > 0:  # then context, most valuable first, never below the floor
-        open_ = [
-            p
-            for p in value
-            if p not in chosen
-            and p not in dropped
-            and value[p] >= floor
-            and ((p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
-        ]
-        if not open_:
-            break
-        pick = min(open_, key=lambda p: (-value[p], nearest(p), p[0], p[1]))
-        cost = count(text(nodes[pick]))
-        if cost <= left:
-            chosen.append(pick)
-            left -= cost
-        else:
-            dropped.add(pick)
-
-    def spans(places: list[tuple[str, int]]) -> list[tuple[Node, int, int]]:
-        out = []
-        for run in runs_of(sorted(places)):
-            first = nodes[run[0]]
-            out.append((first, first.start, max(nodes[p].end for p in run)))
-        return out
-
-    # a counter that charges merged text more than its parts: the last chosen go back
-    while sum(count(n.source.text[a:b]) for n, a, b in spans(chosen)) > budget:
-        chosen.pop()
-    docs = []
-    for run in runs_of(sorted(chosen)):
-        first = nodes[run[0]]
-        inside = [seeds[seed_at[p]] for p in run if p in seed_at]
-        start, end = first.start, max(nodes[p].end for p in run)
-        doc = result(
-            first.source,
-            start,
-            end,
-            inside,
-            mode,
-            first.level,
-            escalation="budget",
-            split_ids=[p[1] for p in run],
-            tokens=count(first.source.text[start:end]),
-        )
-        rank = min(seed_at[p] for p in run if p in seed_at)
-        if fused is not None:
-            doc.metadata["fused_score"] = fused[seeds[rank].node.key]
-            for match in doc.metadata["matches"]:
-                match["fused_score"] = fused[match["key"]]
-        docs.append((rank, doc))
-    ordered = [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
-    if mode == "multilevel":
-        contexts: dict[str, int] = {}
-        for doc in ordered:
-            doc.metadata["context"] = contexts.setdefault(doc.metadata["source_id"], len(contexts))
-    return ordered
-
-
-def reach(node: Node, mode: str, s: Settings) -> list[Node]:
-    """The leaves a seed may grow into: its window, its parent, or its whole source."""
-    level = node.source.levels[node.level]
-    lo, hi = 0, len(level) - 1
-    if mode == "window":
-        lo, hi = max(lo, node.split_id - s.before), min(hi, node.split_id + s.after)
-    out = level[lo : hi + 1]
-    if mode == "parent":
-        out = [n for n in out if n.parent is node.parent]
-    return out
-
-
-def runs_of(places: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
-    """Consecutive leaves of one source, grouped."""
-    runs: list[list[tuple[str, int]]] = []
-    for p in places:
-        if runs and runs[-1][-1][0] == p[0] and runs[-1][-1][1] + 1 == p[1]:
-            runs[-1].append(p)
-        else:
-            runs.append([p])
-    return runs
-
-
-MODES: Mapping[str, Callable[[list[Hit], Settings], tuple[int, list[Document]]]] = {
-    "parent": parent_mode,
-    "window": window_mode,
-    "multilevel": multilevel_mode,
-}
-
-
-def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
-    """The documents ``invoke`` must return, given what the index ranks."""
-    if s.max_tokens is not None:
-        return budgeted(mode, oracle, s, s.max_tokens)
-    docs = by_k(mode, oracle, s)
-    count = s.token_counter or (lambda text: tokens(len(text)))
-    if mode == "multilevel" and sum(count(d.page_content) for d in docs) > MULTILEVEL_BUDGET:
-        return budgeted(mode, oracle, s, MULTILEVEL_BUDGET)[: s.k]
-    return docs
-
-
-def by_k(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
-    """Without a budget: ``fetch`` doubles until ``k`` results exist."""
-    fetch = max(s.fetch_k, s.k)
-    while True:
-        ranked = sorted(oracle(fetch), key=lambda h: h.order)
-        hits, exhausted = settle(ranked, fetch)
-        hits = sorted(hits, key=lambda h: h.order)
-        count, docs = MODES[mode](hits, s)
-        if count >= s.k or exhausted:
-            return docs
-        fetch *= 2

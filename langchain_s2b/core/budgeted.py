@@ -28,23 +28,15 @@ from dataclasses import dataclass
 from langchain_core.documents import Document
 
 from langchain_s2b.core.allocate import LeafId, Run, Seed, allocate, reach
-from langchain_s2b.core.budget import TokenCounter
-from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, z_fuse
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, result_metadata
+from langchain_s2b.core.budget import MULTILEVEL_BUDGET, TokenCounter
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import parent_index
-from langchain_s2b.core.requests import (
-    EmbedQuery,
-    Fetch,
-    LeafHits,
-    Op,
-    Search,
-    SearchText,
-    Vector,
-    ask,
-)
+from langchain_s2b.core.ranking import Ranked
+from langchain_s2b.core.relevance import evidence
+from langchain_s2b.core.requests import Fetch, Op, ask
 
 logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, Document | None]
@@ -74,29 +66,23 @@ class Shape:
         return cls(params.mode)
 
 
-@dataclass(frozen=True)
-class Ranked:
-    """One query's hits, best first (``score``: the cosine), and their fused scores (hybrid)."""
-
-    hits: list[Hit]
-    fused: dict[str, float] | None = None
+def one_per_hit(hits: Sequence[Hit], params: QueryParams) -> list[Group]:
+    """Pack mode's candidates: every hit (its runs are counted after the allocation)."""
+    del params
+    return [Group(h.source_key, h.source_id, [], [h], h.level, h.start, h.end) for h in hits]
 
 
-def retrieve_within(
-    query: str, params: QueryParams, budget: int, on_missing: str, vector: Vector | None = None
+def pack(
+    groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
 ) -> Op[list[Document]]:
-    """Seed the budget with the evidence, fetch its neighbourhoods once, allocate.
-
-    ``vector``: the query's vector when the caller has embedded it already.
-    """
-    if vector is None:
-        vector = yield from ask(EmbedQuery(query))
-    ranked = yield from rank(query, vector, params)
-    seeds = evidence(ranked.hits, params.fetch_k, params.margin)
+    """Seed the budget with the evidence, fetch its neighbourhoods once, allocate."""
+    del groups
+    budget = params.max_tokens if params.max_tokens is not None else MULTILEVEL_BUDGET
+    seeds = evidence(ranking.hits, ranking.relevance, params.margin)
     counter = params.token_counter
     if not any(counter(hit.text) <= budget for hit in seeds):
         return []  # not one hit fits: nothing to fetch
-    shape = Shape.of(params)
+    shape = Shape("multilevel")
     weights = seed_weights(seeds)
     distance = reach(weights)
     keys = leaf_keys(seeds, shape, distance)
@@ -105,68 +91,10 @@ def retrieve_within(
     present = present_seeds(seeds, fetched, on_missing)
     seeds = [seeds[i] for i in present]
     weights = [weights[i] for i in present]
-    return fill(seeds, weights, shape, fetched, budget, counter, ranked.fused)
-
-
-def rank(query: str, vector: Vector, params: QueryParams) -> Op[Ranked]:
-    """One search, deep enough for the evidence (and for fusion's top-N lists).
-
-    Deeper only when a group of equal scores that could be evidence straddles
-    the cut (the search left it out whole), so that all of it is seen.
-    """
-    depth = max(params.fetch_k, TOP_N if params.hybrid else 0)
-    while True:
-        found = yield from ask(Search(vector, query, depth, params.filter))
-        hits = dedupe_hits(found.hits)
-        if found.exhausted or not _tie_may_count(hits, found.tied, params):
-            break
-        depth *= 2
-    if not params.hybrid:
-        return Ranked(hits)
-    return (yield from fused(hits, query, vector, depth, params.filter))
-
-
-def _tie_may_count(hits: Sequence[Hit], tied: float | None, params: QueryParams) -> bool:
-    """Whether a group of equal scores left out by a search may hold evidence."""
-    if tied is None or tied <= 0 or len(hits) >= params.fetch_k:
-        return False
-    return not hits or tied >= hits[0].score - params.margin
-
-
-def fused(hits: Sequence[Hit], query: str, vector: Vector, n: int, flt: object) -> Op[Ranked]:
-    """Dense hits fused with the ``n`` best lexical ones by z-scores.
-
-    Both lists are of the leaves that pass the filter (the lexical one is
-    selected before ranking, as the dense one is). Leaves only the lexical list
-    found are scored against the query vector by the child index (their cosine,
-    as a search would give it); one it can not score is left out.
-    """
-    lexical = yield from ask(SearchText(query, n, flt))
-    by_key = {hit.key: hit for hit in hits}
-    missing = [key for key, _ in lexical if key not in by_key]
-    if missing:
-        scored = yield from ask(LeafHits(missing, flt, vector))
-        by_key.update(scored)
-    ranked = z_fuse(
-        [(hit.key, hit.score) for hit in hits],
-        [(key, score) for key, score in lexical if key in by_key],
-        LEXICAL_WEIGHT,
-    )
-    return Ranked([by_key[key] for key, _ in ranked], dict(ranked))
-
-
-def evidence(hits: Sequence[Hit], fetch_k: int, margin: float) -> list[Hit]:
-    """The hits that count as evidence, in rank order.
-
-    Among the ``fetch_k`` best-ranked hits, those whose score is above 0 and
-    within ``margin`` of the best score of all (the rule multilevel mode
-    escalates by). A weak stray hit, or a child that shares nothing with the
-    query, never seeds a budget.
-    """
-    if not hits:
-        return []
-    cut = max(hit.score for hit in hits) - margin
-    return [hit for hit in hits[:fetch_k] if hit.score > 0 and hit.score >= cut]
+    docs = fill(seeds, weights, shape, fetched, budget, counter)
+    for doc in docs:
+        doc.metadata["mode"] = "pack"
+    return docs if params.count is None else docs[: params.count]
 
 
 def seed_weights(seeds: Sequence[Hit]) -> list[float]:

@@ -12,7 +12,7 @@ fusion, which throws the score gaps away, was worse than dense search alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -41,19 +41,34 @@ def z_fuse(
 ) -> list[tuple[K, float]]:
     """The union of both lists by fused score, best first (ties keep dense order first).
 
+    Each list is standardised over itself.
+
     Args:
         dense: ``(key, score)`` best first, higher is better; keys distinct.
         lexical: the same for the lexical list.
         weight: the lexical list's weight (``0`` keeps the dense order).
     """
+    zd = dict(zip([k for k, _ in dense], z_scores([s for _, s in dense]), strict=True))
+    floor = min(zd.values(), default=0.0)
+    keys = list(dict.fromkeys([k for k, _ in dense] + [k for k, _ in lexical]))
+    return fuse({key: zd.get(key, floor) for key in keys}, lexical, weight)
+
+
+def fuse(
+    dense_z: Mapping[K, float], lexical: Sequence[tuple[K, float]], weight: float = LEXICAL_WEIGHT
+) -> list[tuple[K, float]]:
+    """Every key of ``dense_z`` by ``dense_z[key] + weight * z(lexical)``, best first.
+
+    ``dense_z`` holds each key's dense z-score, in dense rank order (keys only
+    the lexical list found come last, in its order); the lexical list is
+    standardised over itself, and a key it did not return gets its lowest
+    z-score. Ties keep the order of ``dense_z``.
+    """
     if weight < 0 or math.isnan(weight):
         msg = f"The lexical weight must be 0 or more; got {weight!r}."
         raise ValueError(msg)
-    zd = dict(zip([k for k, _ in dense], z_scores([s for _, s in dense]), strict=True))
     zl = dict(zip([k for k, _ in lexical], z_scores([s for _, s in lexical]), strict=True))
-    floor_d = min(zd.values(), default=0.0)
-    floor_l = min(zl.values(), default=0.0)
-    order = list(dict.fromkeys([k for k, _ in dense] + [k for k, _ in lexical]))
-    fused = [(key, zd.get(key, floor_d) + weight * zl.get(key, floor_l)) for key in order]
-    position = {key: i for i, key in enumerate(order)}
+    floor = min(zl.values(), default=0.0)
+    fused = [(key, z + weight * zl.get(key, floor)) for key, z in dense_z.items()]
+    position = {key: i for i, key in enumerate(dense_z)}
     return sorted(fused, key=lambda pair: (-pair[1], position[pair[0]]))

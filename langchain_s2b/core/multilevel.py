@@ -1,40 +1,48 @@
-"""Multilevel mode: escalation sentence -> paragraph -> section -> document.
+"""Multilevel mode: escalation sentence -> paragraph -> section -> document, under a ceiling.
 
-Per source document, the *evidence* is the hits whose score is within
-``margin`` of that document's best hit (a weak stray hit does not count) and
-that rank among the query's ``fetch_k`` best hits (children fetched deeper,
-only to find ``k`` documents, do not count).
-The context is the lowest common ancestor of the evidence: their paragraph
-when they share one (``single-parent``), else the section or document that
-covers them (``spans-parents``). With ``merge_threshold`` set, the ratio rule
-of LlamaIndex/Haystack also applies: when more than that share of a node's
-children hold evidence, the node is taken (``ratio``).
+One *context* per source document, best document first. Its *evidence* is the
+query's evidence (:mod:`~langchain_s2b.core.relevance`) inside it, or, for a
+document that holds none (reached only to give ``k`` contexts), its best hit.
+The context is the smallest node of the ladder that covers the evidence:
+their paragraph when they share one (``single-parent``), else the section or
+document that covers them (``spans-parents``). With ``merge_threshold`` set,
+the ratio rule of LlamaIndex/Haystack also applies: when more than that share
+of a node's children hold evidence, the node is taken (``ratio``).
 
-Told a budget (``max_tokens``), or when these contexts together would exceed
-:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET`, the mode spends the
-budget instead (:mod:`~langchain_s2b.core.budgeted`): the same evidence rule
-seeds it, and context grows around the hits up the whole ladder, paragraph,
-section, document, while it is worth more than the weakest hit.
+The mode always has a ceiling: ``max_tokens``, or
+:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET` when the call names none.
+A covering node that fits what is left comes back whole. One that does not is
+split: its evidence is grouped by the child of the node each hit lies in, and
+each group gets the smallest node that covers it and fits (splitting again as
+needed, best group first). Only after every context was placed this way do
+the groups whose paragraph did not fit get runs cut from it around their hits
+(:mod:`~langchain_s2b.core.ceiling`). ``k`` counts the results; each carries
+its ``context`` (its document's place among the documents returned).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, rank, result_metadata
+from langchain_s2b.core.budget import MULTILEVEL_BUDGET, TokenCounter
+from langchain_s2b.core.ceiling import Bounds, Leaves, cut, cut_document
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_of
-from langchain_s2b.core.merge import Chunk, merge_chunks
 from langchain_s2b.core.params import QueryParams
+from langchain_s2b.core.relevance import evidence
+from langchain_s2b.core.requests import Fetch, Op, ask
 
-Span = tuple[str, int, int]
+Ancestor = tuple[str, int, int, int]
+"""``(key, start, end, n_children)`` of a node above a leaf."""
 
 
 def group(hits: Sequence[Hit], params: QueryParams) -> list[Group]:
     """One candidate context per source document, best document first."""
     by_source: dict[str, Group] = {}
-    for hit in dedupe_hits(hits):
+    for hit in hits:
         if not hit.ancestors:
             msg = f"Child {hit.key!r} has no ancestors metadata; re-index it."
             raise ValueError(msg)
@@ -42,27 +50,10 @@ def group(hits: Sequence[Hit], params: QueryParams) -> list[Group]:
             by_source[hit.source_key] = Group(
                 hit.source_key, hit.source_id, [], [], hit.level, -1, -1
             )
+        elif hit.score <= 0:  # a child that shares nothing with the query is no match
+            continue
         by_source[hit.source_key].hits.append(hit)
-    return rank(list(by_source.values()))
-
-
-def evidence(hits: Sequence[Hit], margin: float, floor: float = float("-inf")) -> list[Hit]:
-    """Hits within ``margin`` of the best one and not below ``floor``, best first.
-
-    The best hit always counts, whatever the floor.
-    """
-    best = max(hit.score for hit in hits)
-    cut = max(best - margin, min(floor, best))
-    return sorted((h for h in hits if h.score >= cut), key=lambda h: -h.score)
-
-
-def top_floor(groups: Sequence[Group], top: int) -> float:
-    """The score of the query's ``top``-th best hit.
-
-    Deeper hits, fetched only to find more documents, are not evidence.
-    """
-    scores = sorted((h.score for g in groups for h in g.hits), reverse=True)
-    return scores[min(top, len(scores)) - 1] if scores else float("-inf")
+    return list(by_source.values())
 
 
 def common_level(hits: Sequence[Hit]) -> int:
@@ -92,60 +83,163 @@ def ratio_level(hits: Sequence[Hit], threshold: float) -> int:
     return reached
 
 
-def select(groups: list[Group], params: QueryParams) -> list[Group]:
-    """Escalate the evidence of each of the ``k`` best documents to its common node."""
-    floor = top_floor(groups, params.fetch_k)
-    chosen: list[Group] = []
-    for rank_no, doc_group in enumerate(groups[: params.k]):
-        ev = evidence(doc_group.hits, params.margin, floor)
+@dataclass(frozen=True)
+class Context:
+    """One document's evidence and the node that covers it."""
+
+    number: int
+    group: Group
+    evidence: list[Hit]
+    level: int
+    """Index into the evidence's ``ancestors`` of the covering node."""
+    why: str
+
+
+def contexts(
+    groups: Sequence[Group],
+    ranked_hits: Sequence[Hit],
+    relevance: Mapping[str, float],
+    p: QueryParams,
+) -> list[Context]:
+    """The contexts to answer with: the first ``k``, or (``k=None``) those holding evidence."""
+    found = {hit.key for hit in evidence(ranked_hits, relevance, p.margin)}
+    chosen = [g for g in groups if any(h.key in found for h in g.hits)]
+    if p.count is not None:
+        chosen = list(groups[: p.count])
+    out = []
+    for number, doc in enumerate(chosen):
+        ev = [h for h in doc.hits if h.key in found] or doc.hits[:1]
         level = common_level(ev)
         why = "single-parent" if level == 0 else "spans-parents"
-        if params.merge_threshold is not None:
-            by_ratio = ratio_level(ev, params.merge_threshold)
+        if p.merge_threshold is not None:
+            by_ratio = ratio_level(ev, p.merge_threshold)
             if by_ratio > level:
                 level, why = by_ratio, "ratio"
-        spans = list(dict.fromkeys(h.ancestors[level][:3] for h in ev if len(h.ancestors) > level))
-        for part in _runs(ev[0], spans, why):
-            inside = [h for h in ev if part.start <= h.start and h.end <= part.end]
-            part.hits = inside or part.hits
-            part.extra["context"] = rank_no
-            chosen.append(part)
-    return chosen
+        out.append(Context(number, doc, ev, level, why))
+    return out
 
 
-def _runs(best: Hit, spans: list[Span], label: str) -> list[Group]:
-    """Contiguous runs of spans (adjacent nodes join), one group per run."""
-    groups: list[Group] = []
-    for key, start, end in sorted(spans, key=lambda s: s[1]):
-        last = groups[-1] if groups else None
-        if last is not None and start <= last.end:
-            last.keys.append(key)
-            last.end = max(last.end, end)
-            continue
-        level = level_of(key)
-        groups.append(
-            Group(best.source_key, best.source_id, [key], [best], level, start, end, label)
+def node_keys(chosen: Sequence[Context]) -> list[str]:
+    """Every node a context may be answered with: the evidence's ancestors up to its cover."""
+    keys: dict[str, None] = {}
+    for ctx in chosen:
+        for hit in ctx.evidence:
+            keys.update((a[0], None) for a in hit.ancestors[: ctx.level + 1])
+    return list(keys)
+
+
+@dataclass
+class _Placement:
+    """What the ladder placed so far, and what is left of the budget."""
+
+    left: int
+    count: int | None
+    wholes: list[tuple[Context, Ancestor, list[Hit], str]]
+    cuts: list[tuple[Context, Ancestor, list[Hit]]]
+
+    @property
+    def full(self) -> bool:
+        return self.count is not None and len(self.wholes) >= self.count
+
+
+def resolve(
+    groups: list[Group],
+    ranked_hits: Sequence[Hit],
+    relevance: Mapping[str, float],
+    params: QueryParams,
+    on_missing: str,
+) -> Op[list[Document]]:
+    """Place every context on the ladder within the ceiling; cut runs last."""
+    chosen = contexts(groups, ranked_hits, relevance, params)
+    keys = node_keys(chosen)
+    values: list[Document | None] = []
+    if keys:
+        values = yield from ask(Fetch(keys))
+    nodes = dict(zip(keys, values, strict=True))
+    budget = params.max_tokens if params.max_tokens is not None else MULTILEVEL_BUDGET
+    counter = params.token_counter
+    placed = _Placement(budget, params.count, [], [])
+    for ctx in chosen:
+        try:
+            _visit(ctx, ctx.evidence, ctx.level, ctx.why, nodes, counter, placed)
+        except MissingNodeError:
+            if on_missing == "raise":
+                raise
+    docs: list[tuple[tuple[int, int], Document]] = []
+    for ctx, node, ev, why in placed.wholes:
+        doc = nodes[node[0]]
+        assert doc is not None
+        docs.append(((ctx.number, node[1]), _whole(ctx, node, ev, why, doc, counter)))
+    sources: dict[str, Leaves] = {}
+    for ctx, node, ev in placed.cuts:
+        if placed.count is not None and len(docs) >= placed.count:
+            break
+        first = ev[0]
+        leaves = sources.setdefault(
+            first.source_key, Leaves(first.source_key, first.level, first.n_splits)
         )
-    return groups
+        found = yield from cut(ev, Bounds(start=node[1], end=node[2]), placed.left, counter, leaves)
+        if found is None:
+            continue
+        placed.left -= found.tokens
+        base = nodes[node[0]]
+        cut_from = {"level": level_of(node[0]), "key": node[0], "start": node[1], "end": node[2]}
+        doc = cut_document(found, ctx.group, "multilevel", base.metadata if base else {}, cut_from)
+        doc.metadata["context"] = ctx.number
+        docs.append(((ctx.number, found.start), doc))
+    return [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
 
 
-def build(group: Group, fetched: Mapping[str, Document | None]) -> list[Document]:
-    """Fetch-side assembly: merge the run's nodes."""
-    docs = [fetched.get(key) for key in group.keys]
-    if any(doc is None for doc in docs):
-        missing = [key for key, doc in zip(group.keys, docs, strict=False) if doc is None]
-        msg = f"Nodes {missing} are in the child index's ancestry but not in the store."
+def _visit(
+    ctx: Context,
+    ev: list[Hit],
+    level: int,
+    why: str,
+    nodes: Mapping[str, Document | None],
+    counter: TokenCounter,
+    placed: _Placement,
+) -> None:
+    """Place ``ev`` under its node at ``level``: whole if it fits, else split, else cut later."""
+    if placed.full:
+        return
+    node = ev[0].ancestors[level]
+    doc = nodes.get(node[0])
+    if doc is None:
+        msg = f"Node {node[0]!r} is in the child index's ancestry but not in the store."
         raise MissingNodeError(msg)
-    present = [doc for doc in docs if doc is not None]
-    merged = merge_chunks(
-        [Chunk(group.start, group.end, "")]
-        if not present
-        else [
-            Chunk(int(d.metadata["start"]), int(d.metadata["end"]), d.page_content) for d in present
-        ]
+    tokens = counter(doc.page_content)
+    if tokens <= placed.left:
+        placed.left -= tokens
+        placed.wholes.append((ctx, node, ev, why))
+        return
+    if level == 0:
+        placed.cuts.append((ctx, node, ev))
+        return
+    below: dict[str, list[Hit]] = {}
+    for hit in ev:
+        below.setdefault(hit.ancestors[level - 1][0], []).append(hit)
+    for part in below.values():
+        inner = common_level(part)
+        _visit(
+            ctx,
+            part,
+            inner,
+            "single-parent" if inner == 0 else "spans-parents",
+            nodes,
+            counter,
+            placed,
+        )
+
+
+def _whole(
+    ctx: Context, node: Ancestor, ev: list[Hit], why: str, doc: Document, counter: TokenCounter
+) -> Document:
+    """A node of the ladder, whole, as a result."""
+    key, start, end, _ = node
+    inside = [h for h in ev if start <= h.start and h.end <= end]
+    part = Group(
+        ctx.group.source_key, ctx.group.source_id, [key], inside, level_of(key), start, end, why
     )
-    meta = result_metadata(group, "multilevel", present[0].metadata)
-    meta.update(start=merged.start, end=merged.end, context=group.extra["context"])
-    if len(group.keys) > 1:
-        meta["keys"] = list(group.keys)
-    return [Document(page_content=merged.text, metadata=meta, id=group.keys[0])]
+    meta = result_metadata(part, "multilevel", doc.metadata)
+    meta.update(context=ctx.number, tokens=counter(doc.page_content))
+    return Document(page_content=doc.page_content, metadata=meta, id=key)

@@ -8,8 +8,12 @@ from typing import Any, Literal, get_args
 
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 
-Mode = Literal["parent", "window", "multilevel"]
+Mode = Literal["parent", "window", "multilevel", "pack"]
 MODES: tuple[str, ...] = get_args(Mode)
+DEFAULT_K = 4
+"""Results per query when ``k`` is ``None`` and no budget is named."""
+MARGIN = 1.0
+"""Default evidence margin, in standard deviations of the query's own scores."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,7 @@ class QueryParams:
     """Everything one retrieval call needs to know."""
 
     mode: str = "parent"
-    k: int = 4
+    k: int | None = None
     fetch_k: int = 16
     filter: Any = None
     window_size: int = 1
@@ -25,11 +29,18 @@ class QueryParams:
     window_after: int | None = None
     coalesce: bool = True
     max_tokens: int | None = None
-    margin: float = 0.06
+    margin: float = MARGIN
     merge_threshold: float | None = None
     hybrid: bool = True
     token_counter: TokenCounter = approximate_tokens
     parent_level: str | None = None
+
+    @property
+    def count(self) -> int | None:
+        """The most results to return: ``k``; ``None`` (as many as fit) only under a budget."""
+        if self.k is None and self.max_tokens is None:
+            return DEFAULT_K
+        return self.k
 
     @property
     def before(self) -> int:
@@ -54,7 +65,7 @@ def check(params: QueryParams) -> QueryParams:
         raise ValueError(msg)
     for name in (*_POSITIVE, *_NON_NEGATIVE):
         value = getattr(params, name)
-        if value is None and name not in ("k", "fetch_k", "window_size", "margin"):
+        if value is None and name not in ("fetch_k", "window_size", "margin"):
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             msg = f"{name} must be a number; got {value!r}."

@@ -6,14 +6,17 @@ from collections.abc import Mapping, Sequence
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, rank, result_metadata
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_of
 
 
 def plan_parents(hits: Sequence[Hit], parent_level: str | None = None) -> list[Group]:
-    """Group hits by their parent node (or their ancestor at ``parent_level``), best first."""
+    """Group hits (distinct, rank order) by parent, or by their ancestor at ``parent_level``.
+
+    A parent ranks by its best-ranked hit.
+    """
     groups: dict[str, Group] = {}
-    for hit in dedupe_hits(hits):
+    for hit in hits:
         if hit.parent_key is None or not hit.ancestors:
             msg = f"Child {hit.key!r} has no parent_id/ancestors metadata."
             raise ValueError(msg)
@@ -21,8 +24,10 @@ def plan_parents(hits: Sequence[Hit], parent_level: str | None = None) -> list[G
         if key not in groups:
             level = level_of(key)
             groups[key] = Group(hit.source_key, hit.source_id, [key], [], level, start, end)
+        elif hit.score <= 0:  # a child that shares nothing with the query is no match
+            continue
         groups[key].hits.append(hit)
-    return rank(list(groups.values()))
+    return list(groups.values())
 
 
 def parent_index(hit: Hit, parent_level: str | None) -> int:

@@ -1,12 +1,15 @@
-"""Retrieval as an operation: one plan per mode (group, choose, assemble) and the search loop.
+"""Retrieval as an operation: one ranking for every mode, one plan per mode, a ceiling over it.
 
 :func:`retrieve` looks the mode up in :data:`PLANS` once per call; no method
-branches on the mode. Told a budget (``max_tokens``), every mode spends it
-through :func:`~langchain_s2b.core.budgeted.retrieve_within` instead: the
-evidence and the budget, not ``k``, decide how much comes back. Multilevel
-mode without a budget whose ``k`` contexts would exceed
-:data:`~langchain_s2b.core.budget.MULTILEVEL_BUDGET` spends that budget and
-returns its ``k`` best runs.
+branches on the mode. Every call ranks the same way
+(:mod:`~langchain_s2b.core.ranking`), searching deeper until the mode has its
+``k`` results (or, with ``k=None`` under a budget, until no deeper hit could
+be evidence). The mode groups the hits into its results (parents, windows,
+contexts); ``k`` of them are kept, or with ``k=None`` every one that holds
+evidence. A budget is a ceiling over those results
+(:mod:`~langchain_s2b.core.ceiling`): each whole when it fits, else cut
+around its hits. Multilevel mode always has one
+(:mod:`~langchain_s2b.core.multilevel`).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core import multilevel
-from langchain_s2b.core.budget import MULTILEVEL_BUDGET
-from langchain_s2b.core.budgeted import retrieve_within
+from langchain_s2b.core import budgeted, multilevel
+from langchain_s2b.core.ceiling import Bounds, Leaves, cut, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
-from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Search, Vector, ask
+from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked
+from langchain_s2b.core.relevance import evidence
+from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Vector, ask
 from langchain_s2b.core.window import assemble_windows, plan_windows
 
 logger = logging.getLogger("langchain_s2b")
@@ -32,89 +36,186 @@ Fetched = Mapping[str, Document | None]
 
 @dataclass(frozen=True)
 class Plan:
-    """How one mode turns hits into results."""
+    """How one mode turns ranked hits into results."""
 
     group: Callable[[Sequence[Hit], QueryParams], list[Group]]
     """Hits -> candidate results, best first (counted against ``k``)."""
-    select: Callable[[list[Group], QueryParams], list[Group]]
-    """Candidates -> the results to fetch."""
-    build: Callable[[Group, Fetched], list[Document]]
-    """One chosen result + fetched nodes -> documents."""
-    cap_at_k: bool = True
-    """Cut the documents at ``k`` (multilevel counts contexts, not documents)."""
-
-    def assemble(
-        self, groups: list[Group], fetched: Fetched, params: QueryParams, on_missing: str
-    ) -> list[Document]:
-        """Build every chosen result; apply the missing-node policy and the budget."""
-        docs: list[Document] = []
-        skipped = 0
-        for group in groups:
-            try:
-                docs.extend(self.build(group, fetched))
-            except MissingNodeError:
-                if on_missing == "raise":
-                    raise
-                skipped += 1
-        if skipped:
-            logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
-        return docs[: params.k] if self.cap_at_k else docs
+    resolve: Callable[[list[Group], Ranked, QueryParams, str], Op[list[Document]]]
+    """Candidates -> the documents returned (fetches, assembly, the ceiling)."""
 
 
-def _first_k(groups: list[Group], params: QueryParams) -> list[Group]:
-    return groups[: params.k]
+def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
+    """The mode's results: ``k`` of them (or as many as fit), within the ceiling if any."""
+    vector = yield from ask(EmbedQuery(query))
+    return (yield from retrieve_vector(query, vector, params, on_missing))
+
+
+def retrieve_vector(
+    query: str, vector: Vector, params: QueryParams, on_missing: str
+) -> Op[list[Document]]:
+    """:func:`retrieve` for a query already embedded."""
+    plan = PLANS[params.mode]
+    depth = first_depth(params)
+    while True:
+        ranking = yield from ranked(query, vector, params, depth)
+        groups = plan.group(ranking.hits, params)
+        if ranking.exhausted:
+            break
+        if params.count is not None:
+            if len(groups) >= params.count:
+                break
+        elif not may_hold_evidence(ranking, params.margin):
+            break
+        depth *= 2
+    docs = yield from plan.resolve(groups, ranking, params, on_missing)
+    if ranking.fused is not None:
+        for doc in docs:
+            _mark_fused(doc, ranking.fused)
+    return docs
+
+
+def choose(groups: list[Group], ranking: Ranked, params: QueryParams) -> list[Group]:
+    """The first ``k`` results, or with ``k=None`` every one that holds evidence."""
+    if params.count is not None:
+        return groups[: params.count]
+    found = {hit.key for hit in evidence(ranking.hits, ranking.relevance, params.margin)}
+    return [group for group in groups if any(hit.key in found for hit in group.hits)]
+
+
+def shaped(
+    build: Callable[[Group, Fetched], list[Document]],
+    bounds: Callable[[Group], Bounds],
+    mode: str,
+) -> Callable[[list[Group], Ranked, QueryParams, str], Op[list[Document]]]:
+    """A mode whose results are built from one fetch, then held to the ceiling."""
+
+    def resolve(
+        groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
+    ) -> Op[list[Document]]:
+        chosen = choose(groups, ranking, params)
+        keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
+        values: list[Document | None] = []
+        if keys:
+            values = yield from ask(Fetch(keys))
+        fetched = dict(zip(keys, values, strict=True))
+        built = _build_all(chosen, fetched, build, on_missing)
+        for _, docs in built:
+            for doc in docs:
+                doc.metadata["tokens"] = params.token_counter(doc.page_content)
+        if params.max_tokens is None:
+            return [doc for _, docs in built for doc in docs]
+        return (yield from ceiling(built, fetched, bounds, mode, params))
+
+    return resolve
+
+
+def _build_all(
+    groups: list[Group],
+    fetched: Fetched,
+    build: Callable[[Group, Fetched], list[Document]],
+    on_missing: str,
+) -> list[tuple[Group, list[Document]]]:
+    """Every chosen result built whole; the missing-node policy applied."""
+    out = []
+    skipped = 0
+    for group in groups:
+        try:
+            out.append((group, build(group, fetched)))
+        except MissingNodeError:
+            if on_missing == "raise":
+                raise
+            skipped += 1
+    if skipped:
+        logger.warning("Skipped %d result(s) whose nodes are missing from the store.", skipped)
+    return out
+
+
+def ceiling(
+    built: list[tuple[Group, list[Document]]],
+    fetched: Fetched,
+    bounds: Callable[[Group], Bounds],
+    mode: str,
+    params: QueryParams,
+) -> Op[list[Document]]:
+    """Each result whole while it fits what is left, else cut around its hits."""
+    counter = params.token_counter
+    left = params.max_tokens or 0
+    sources: dict[str, Leaves] = {}
+    out: list[Document] = []
+    for group, docs in built:
+        cost = sum(doc.metadata["tokens"] for doc in docs)
+        if not docs:
+            continue
+        if cost <= left:
+            out += docs
+            left -= cost
+            continue
+        first = group.hits[0]
+        leaves = sources.get(first.source_key)
+        if leaves is None:
+            leaves = sources[first.source_key] = Leaves(
+                first.source_key, first.level, first.n_splits
+            )
+            leaves.read(fetched)
+        found = yield from cut(group.hits, bounds(group), left, counter, leaves)
+        if found is None:
+            continue
+        base = next(d.metadata for d in (fetched.get(k) for k in group.keys) if d is not None)
+        out.append(cut_document(found, group, mode, base, _cut_from(docs)))
+        left -= found.tokens
+    return out
+
+
+def _cut_from(docs: list[Document]) -> dict[str, object]:
+    """What a cut run was cut from: the whole result's level, key (a node's) and span."""
+    meta = docs[0].metadata
+    whole: dict[str, object] = {"level": meta["level"]}
+    if docs[0].id is not None:
+        whole["key"] = docs[0].id
+    whole.update(
+        start=min(d.metadata["start"] for d in docs), end=max(d.metadata["end"] for d in docs)
+    )
+    return whole
+
+
+def _mark_fused(doc: Document, relevance: Mapping[str, float]) -> None:
+    """Put the fused rank score on a result and its matches."""
+    matches = doc.metadata.get("matches", [])
+    for match in matches:
+        match["fused_score"] = relevance[match["key"]]
+    if matches:
+        doc.metadata["fused_score"] = max(match["fused_score"] for match in matches)
+
+
+def _window_bounds(group: Group) -> Bounds:
+    return Bounds(lo=group.extra["lo"], hi=group.extra["hi"])
+
+
+def _parent_bounds(group: Group) -> Bounds:
+    return Bounds(start=group.start, end=group.end)
+
+
+def _multilevel(
+    groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
+) -> Op[list[Document]]:
+    return (
+        yield from multilevel.resolve(groups, ranking.hits, ranking.relevance, params, on_missing)
+    )
 
 
 PLANS: dict[str, Plan] = {
     "parent": Plan(
         group=lambda hits, p: plan_parents(hits, p.parent_level),
-        select=_first_k,
-        build=lambda group, fetched: [assemble_parent(group, fetched)],
+        resolve=shaped(
+            lambda group, fetched: [assemble_parent(group, fetched)], _parent_bounds, "parent"
+        ),
     ),
     "window": Plan(
-        group=lambda hits, p: plan_windows(hits, p.before, p.after, coalesce=p.coalesce, limit=p.k),
-        select=_first_k,
-        build=assemble_windows,
+        group=lambda hits, p: plan_windows(
+            hits, p.before, p.after, coalesce=p.coalesce, limit=p.count
+        ),
+        resolve=shaped(assemble_windows, _window_bounds, "window"),
     ),
-    "multilevel": Plan(
-        group=multilevel.group,
-        select=multilevel.select,
-        build=multilevel.build,
-        cap_at_k=False,
-    ),
+    "multilevel": Plan(group=multilevel.group, resolve=_multilevel),
+    "pack": Plan(group=budgeted.one_per_hit, resolve=budgeted.pack),
 }
-
-
-def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
-    """The mode's ``k`` results, or, told a budget, the budget filled."""
-    if params.max_tokens is not None:
-        return (yield from retrieve_within(query, params, params.max_tokens, on_missing))
-    vector = yield from ask(EmbedQuery(query))
-    docs = yield from retrieve_k(query, params, on_missing, vector)
-    if params.mode == "multilevel":
-        tokens = sum(params.token_counter(doc.page_content) for doc in docs)
-        if tokens > MULTILEVEL_BUDGET:  # k contexts asked for: the best k runs of the budget
-            filled = yield from retrieve_within(
-                query, params, MULTILEVEL_BUDGET, on_missing, vector
-            )
-            return filled[: params.k]
-    return docs
-
-
-def retrieve_k(
-    query: str, params: QueryParams, on_missing: str, vector: Vector
-) -> Op[list[Document]]:
-    """Search, doubling ``fetch`` until ``k`` results exist; then one batched fetch."""
-    plan = PLANS[params.mode]
-    fetch = max(params.fetch_k, params.k)
-    while True:
-        found = yield from ask(Search(vector, query, fetch, params.filter))
-        groups = plan.group(found.hits, params)
-        if len(groups) >= params.k or found.exhausted:
-            break
-        fetch *= 2
-    chosen = plan.select(groups, params)
-    keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
-    values = yield from ask(Fetch(keys))
-    fetched = dict(zip(keys, values, strict=False))
-    return plan.assemble(chosen, fetched, params, on_missing)

@@ -254,7 +254,7 @@ def default_levels(mode: str, child: Splitter | None, parent: Splitter | None) -
     """The default tree for a mode; ``child``/``parent`` replace those levels."""
     if mode == "window":
         return [Level("sentence", child or SentenceSplitter())]
-    if mode == "multilevel":
+    if mode in ("multilevel", "pack"):
         return [
             Level("sentence", child or SentenceSplitter()),
             Level("paragraph", paragraph_splitter()),

@@ -7,7 +7,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, dedupe_hits, result_metadata
+from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, merge_chunks
 
@@ -20,25 +20,28 @@ def plan_windows(
     coalesce: bool = True,
     limit: int | None = None,
 ) -> list[Group]:
-    """Windows seeded by hits in rank order, best first; at most ``limit`` of them.
+    """Windows seeded by hits (distinct, in rank order), best first; at most ``limit`` of them.
 
     With ``coalesce`` (the default), windows of one source never share a
     split: a hit inside a better hit's window joins it as a match and widens
     nothing, and a hit outside every window seeds a new window of ``before`` /
     ``after`` neighbours that stops where a better window begins. Windows that
     touch stay separate results, so ``k`` windows come back whenever ``k`` hits
-    lie outside each other's windows. A window's span is fixed by its seed: no
+    lie outside each other's windows. A hit scoring 0 or less (it shares
+    nothing with the query) seeds a window only when no better window holds it,
+    and is never another window's match. A window's span is fixed by its seed: no
     weaker hit ever widens it. Without ``coalesce`` every hit seeds its own
     full window (windows may overlap) and holds only its own match.
     """
     windows: list[Group] = []
     spans: dict[str, list[tuple[int, int, Group]]] = {}  # per source: (lo, hi, window)
-    for hit in dedupe_hits(hits):
+    for hit in hits:
         split = hit.split_id
         mine = spans.setdefault(hit.source_key, []) if coalesce else []
         home = _home(mine, split)
         if home is not None:
-            home.hits.append(hit)
+            if hit.score > 0:  # a child that shares nothing with the query is no match
+                home.hits.append(hit)
             continue
         if limit is not None and len(windows) >= limit:
             if coalesce:
@@ -128,6 +131,7 @@ def _window_document(
     merged = merge_chunks(run)
     part = Group(group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end)
     meta = result_metadata(part, "window", base)
+    meta["level"] = "window"
     meta["split_ids"] = [c.split_id for c in run]
     meta["missing_split_ids"] = missing
     meta["gaps"] = list(merged.gaps)

@@ -7,10 +7,11 @@ for every row, reported three ways (:data:`RULES`):
   reaches ``B`` or the retriever runs out), concatenated in rank order and cut
   at ``B`` tokens of the ``token_counter`` (:func:`~.scoring.cut`);
 - ``cut-words``: the same, cut at ``B`` whitespace-separated words;
-- ``told``: the retriever is told the budget (its ``max_tokens`` option)
-  and returns what it judges best; the same cut then applies, so a row that
-  overflows gains nothing. A retriever that has no such option can not be
-  told: its ``told`` row is its ``cut-tokens`` row.
+- ``told``: the retriever is told the budget (its ``max_tokens`` option,
+  with ``k=None``: as many results as fit) and returns what it judges best;
+  the same cut then applies, so a row that overflows gains nothing. A
+  retriever that has no such option can not be told: its ``told`` row is its
+  ``cut-tokens`` row.
 
 Hit rate alone can not see waste: more text never lowers it. So every budget
 of every rule also reports what the caller pays and how much of it is useful
@@ -274,8 +275,8 @@ def _budgeted(
         for rule in cuts:
             out += [("told" if rule == "told" else rule, b, docs) for b in budgets]
     if "told" in rules and can_be_told(retriever, option):
-        for budget in budgets:
-            docs = invoke_with_k(retriever, query, first, **{option: budget})
+        for budget in budgets:  # k=None: as many results as fit the budget
+            docs = retriever.invoke(query, k=None, **{option: budget})  # type: ignore[arg-type]
             out.append(("told", budget, docs))
     return out
 
