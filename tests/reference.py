@@ -13,7 +13,8 @@ The contract, written once here:
   out. It is *exhausted* when no more than ``fetch`` children match. Hits rank
   by score, ties in document order (source key, then split id).
 * **Relevance.** The scale of a query is the mean and standard deviation of
-  the first 100 scores of the search; a hit's relevance is its z-score on it
+  the first 100 scores of the search (a group of equal scores left out at the
+  cut counts with its score); a hit's relevance is its z-score on it
   (no spread: 0). With hybrid search, BM25 (from its formula, over every leaf
   of the index, with the library's analyser) ranks the leaves that pass the
   filter; its 100 best join the dense hits (a leaf only BM25 found gets its
@@ -63,13 +64,12 @@ The contract, written once here:
   among the contexts) and ``tokens``, ordered by context, then start.
 * **pack.** Under a ceiling (``max_tokens``, else 1,024). The seeds are the
   evidence, rank ``r`` from 0, weight ``1 / (r + 1)``. If no seed's own text
-  fits, nothing comes back. A leaf of a seed's source is worth
-  ``weight / 2 ** distance``, summed over the seeds; the floor is the weakest
-  seed's weight, or half the best one's if that is less. First every seed is
-  chosen, best first, if it fits what is left. Then, repeatedly, the most
-  valuable leaf worth at least the floor that touches a chosen leaf (ties:
-  nearer a seed, then source key, then split id) is chosen if it fits what is
-  left, else never again. Each run of consecutive chosen leaves is a result
+  fits, nothing comes back. A leaf in a seed's window (``before``/``after``)
+  is worth ``weight / 2 ** distance``, summed over the seeds; the floor is the
+  weakest seed's weight, or half the best one's if that is less. Repeatedly,
+  the most valuable leaf worth at least the floor that is a seed or touches a
+  chosen leaf (ties: nearer a seed, then source key, then split id) is chosen
+  if it fits what is left, else never again. Each run of consecutive chosen leaves is a result
   (``escalation`` ``"budget"``, ``split_ids``, ``tokens``, ``context``),
   ranked by the best seed inside; the first ``k``. A counter that charges the
   merged runs more than the budget gets the last chosen leaves back.
@@ -369,7 +369,7 @@ def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
     ranked = sorted(oracle(depth), key=lambda h: h.order)
     hits, exhausted = settle(ranked, depth)
     hits = sorted(hits, key=lambda h: h.order)
-    z = z_of([h.score for h in hits])
+    z = z_of([h.score for h in ranked[: min(depth, STATS_DEPTH)]])  # a left-out tie counts
     last: float | None = None
     if not exhausted:
         tied = ranked[depth - 1].score if len(hits) < depth else None
@@ -709,7 +709,9 @@ def pack(r: Ranking, s: Settings) -> list[Document]:
         if here in seen:
             continue
         seen.add(here)
-        for node in seed.node.source.levels[seed.node.level]:
+        every = seed.node.source.levels[seed.node.level]
+        lo, hi = max(0, seed.node.split_id - s.before), seed.node.split_id + s.after
+        for node in every[lo : hi + 1]:  # its window: before / after leaves
             place = (node.source.key, node.split_id)
             distance = abs(node.split_id - seed.node.split_id)
             value[place] = value.get(place, 0.0) + weight[i] * 0.5**distance
@@ -723,20 +725,15 @@ def pack(r: Ranking, s: Settings) -> list[Document]:
 
     chosen: list[tuple[str, int]] = []
     left = budget
-    for place in seed_at:  # the hits first, best first, each if it fits
-        cost = s.tokens_of(text_of(nodes[place]))
-        if cost <= left:
-            chosen.append(place)
-            left -= cost
     dropped: set[tuple[str, int]] = set()
-    while left > 0:  # then context, most valuable first, never below the floor
+    while left > 0:  # a seed or a neighbour of a chosen leaf, most valuable first, >= floor
         open_ = [
             p
             for p in value
             if p not in chosen
             and p not in dropped
             and value[p] >= floor
-            and ((p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
+            and (p in seed_at or (p[0], p[1] - 1) in chosen or (p[0], p[1] + 1) in chosen)
         ]
         if not open_:
             break

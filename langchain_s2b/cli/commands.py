@@ -172,7 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     query = add("query", parents=[common], help="print the contexts that answer a question")
     query.add_argument("question")
     query.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help="what one result is")
-    query.add_argument("-k", type=_int(1), default=DEFAULT_K, help=f"results (default {DEFAULT_K})")
+    query.add_argument(
+        "-k", type=_int(1), default=None,
+        help=f"results (default {DEFAULT_K}; with --max-tokens, as many as fit)",
+    )  # fmt: skip
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
     query.add_argument("--max-tokens", type=_int(1), metavar="N", help="token ceiling, all results")
     _token_counter_option(query)

@@ -8,6 +8,7 @@ command runs (:mod:`langchain_s2b.cli.commands`).
 
 from __future__ import annotations
 
+from langchain_s2b.core.params import DEFAULT_K as DEFAULT_RESULTS
 from langchain_s2b.core.params import MODES, QueryParams
 
 __all__ = [
@@ -31,7 +32,8 @@ PARENT_LEVEL = "section"
 """Parent mode returns sections: about the size of the Python API's default parents (~1,200
 tokens), where the tree's nearest parent, a paragraph, is often one line of a real document."""
 _DEFAULTS = QueryParams()
-DEFAULT_K = _DEFAULTS.k
+DEFAULT_K = DEFAULT_RESULTS
+"""Results without ``--max-tokens``; with it, ``-k`` is a cap and its default is as many as fit."""
 DEFAULT_MODE = _DEFAULTS.mode
 """The Python API's defaults (``SmallToBigRetriever`` reads the same ``QueryParams``)."""
 COUNTERS = ("approximate", "words")

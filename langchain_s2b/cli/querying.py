@@ -15,6 +15,7 @@ from typing import Any
 from langchain_s2b.cli.errors import UserError, damaged_store
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.hits import MissingNodeError
+from langchain_s2b.core.params import DEFAULT_K as DEFAULT_K
 from langchain_s2b.evaluation.scoring import whitespace_tokens
 from langchain_s2b.retriever import SmallToBigRetriever
 
@@ -24,7 +25,6 @@ TOKEN_COUNTERS: dict[str, TokenCounter] = {
 }
 """``--token-counter`` choices: the retriever's default, or whitespace-separated words."""
 _FIELDS = SmallToBigRetriever.model_fields
-DEFAULT_K = int(_FIELDS["k"].default)
 DEFAULT_MODE = str(_FIELDS["mode"].default)
 DEFAULT_COUNTER = next(
     name for name, count in TOKEN_COUNTERS.items() if count is _FIELDS["token_counter"].default
@@ -43,13 +43,11 @@ def query_options(
 ) -> dict[str, Any]:
     """The ``retriever.invoke`` options of one query; ``None`` means the default.
 
-    ``mode`` and ``k`` are always given (their defaults are the Python API's);
-    the retriever checks every value and names what is allowed.
+    ``mode`` and ``k`` are always given (their defaults are the Python API's:
+    ``k=None`` is :data:`DEFAULT_K` results, or under ``max_tokens`` as many as
+    fit); the retriever checks every value and names what is allowed.
     """
-    options: dict[str, Any] = {
-        "mode": DEFAULT_MODE if mode is None else mode,
-        "k": DEFAULT_K if k is None else k,
-    }
+    options: dict[str, Any] = {"mode": DEFAULT_MODE if mode is None else mode, "k": k}
     given = {
         "window_size": window_size,
         "max_tokens": max_tokens,

@@ -1,27 +1,25 @@
-"""Spending a token budget as a ceiling: the hits first, then the context worth most.
+"""Spending a token budget by value: pack mode's allocator.
 
-Every mode hands the allocator the same things: the *seeds* (the hits that
-count as evidence, best first, as :class:`Seed` objects, each with its weight
-and the range of leaves it may grow into, which is where the mode's shape
-lives: a window, a parent, a document), the fetched leaves around them, a
-budget and a ``token_counter``.
-
-**Hits first.** Every seed is placed, best first, if its own leaf fits what
-is left of the budget; one that does not fit is passed over, never cut. No
-context is chosen while a seed is unplaced.
+The caller hands over the *seeds* (the hits that count as evidence, best
+first, as :class:`Seed` objects, each with its weight and the range of leaves
+it may grow into), the fetched leaves around them, a budget and a
+``token_counter``.
 
 **Value.** A leaf is worth, summed over the seeds that reach it,
 ``weight * decay ** distance``: a seed's own leaf is worth its weight, and
 each step away from it halves that (with the default ``decay = 0.5``).
 Summing over seeds lets two nearby hits pull in the text between them.
 
-**Context, breadth first.** Then the most valuable leaf that touches an
-already chosen one is taken if it fits what is left, else dropped for good
-(what is left only shrinks). A leaf worth less than the *floor* is never
-taken: the floor is the weakest seed's weight (or the value of the best seed's
-next-door neighbour, if that is lower: a lone hit keeps its neighbours), so
-context stops where a sentence is worth less than the weakest hit itself. A
-budget larger than what is relevant therefore comes back partly unspent.
+**Choice, breadth first by value.** The most valuable leaf that is a seed or
+touches an already chosen leaf is taken if it fits what is left of the
+budget, else dropped for good (what is left only shrinks). So a small budget
+goes to the best hits and the sentences next to them before weaker hits. A
+leaf worth less than the *floor* is never taken: the floor is the weakest
+seed's weight (or the value of the best seed's next-door neighbour, if that
+is lower: a lone hit keeps its neighbours), so context stops where a sentence
+is worth less than the weakest hit itself, and a budget larger than what is
+relevant comes back partly unspent. Ties in value go to the leaf nearer a
+seed, then by position.
 
 **Budget.** Leaves are charged ``token_counter(leaf text)``. The runs are then
 merged exactly by offsets and counted again as the caller will see them; if a
@@ -57,8 +55,6 @@ class Seed:
     lo: int
     hi: int
     weight: float
-    span: tuple[int, int] | None = None
-    """Characters ``[start, end)`` a leaf must lie in to be reached (its parent), if bounded."""
 
     def __post_init__(self) -> None:
         if not self.lo <= self.split <= self.hi:
@@ -68,11 +64,9 @@ class Seed:
             msg = f"A seed's weight must be above 0; got {self.weight!r}."
             raise ValueError(msg)
 
-    def reaches(self, split: int, leaf: Chunk) -> bool:
+    def reaches(self, split: int) -> bool:
         """Whether the leaf ``split`` (of this seed's source) is in reach."""
-        if not self.lo <= split <= self.hi:
-            return False
-        return self.span is None or (self.span[0] <= leaf.start and leaf.end <= self.span[1])
+        return self.lo <= split <= self.hi
 
 
 @dataclass(frozen=True)
@@ -135,10 +129,10 @@ def leaf_values(
             seen.add((seed.source, seed.split))
             by_source.setdefault(seed.source, []).append(seed)
     values: dict[LeafId, float] = {}
-    for (source, split), leaf in leaves.items():
+    for source, split in leaves:
         value, reached = 0.0, False
         for seed in by_source.get(source, ()):
-            if seed.reaches(split, leaf):
+            if seed.reaches(split):
                 value += seed.weight * decay ** abs(split - seed.split)
                 reached = True
         if reached:
@@ -154,7 +148,7 @@ def allocate(
     *,
     decay: float = DECAY,
 ) -> list[Run]:
-    """Place the seeds, then grow context by value, within ``budget``; runs best seed first.
+    """Choose leaves by value around the seeds, within ``budget``; runs best seed first.
 
     Args:
         seeds: the evidence, best first (rank = position).
@@ -172,32 +166,13 @@ def allocate(
         raise ValueError(msg)
     floor = floor_value([seed.weight for seed in seeds], decay)
     values = {leaf: v for leaf, v in leaf_values(seeds, leaves, decay).items() if v >= floor}
-    chosen, left = _place(seeds, leaves, budget, token_counter)
-    chosen += _grow(chosen, values, _distances(seeds), leaves, left, token_counter)
+    first = [(seed.source, seed.split) for seed in seeds]
+    chosen = _grow(first, values, _distances(seeds), leaves, budget, token_counter)
     while True:
         runs = _runs(chosen, seeds, leaves, token_counter)
         if sum(run.tokens for run in runs) <= budget:
             return runs
         chosen.pop()
-
-
-def _place(
-    seeds: Sequence[Seed], leaves: Mapping[LeafId, Chunk], budget: int, token_counter: TokenCounter
-) -> tuple[list[LeafId], int]:
-    """The seeds' own leaves, best first, each if it fits; and what is left of the budget."""
-    chosen: list[LeafId] = []
-    taken: set[LeafId] = set()
-    left = budget
-    for seed in seeds:
-        leaf = (seed.source, seed.split)
-        if leaf in taken or leaf not in leaves:
-            continue
-        cost = token_counter(leaves[leaf].text)
-        if cost <= left:
-            left -= cost
-            chosen.append(leaf)
-            taken.add(leaf)
-    return chosen, left
 
 
 def _distances(seeds: Sequence[Seed]) -> Callable[[LeafId], int]:
@@ -220,21 +195,21 @@ def _distances(seeds: Sequence[Seed]) -> Callable[[LeafId], int]:
 
 
 def _grow(
-    placed: Sequence[LeafId],
+    seeds: Sequence[LeafId],
     values: Mapping[LeafId, float],
     distance: Callable[[LeafId], int],
     leaves: Mapping[LeafId, Chunk],
     budget: int,
     token_counter: TokenCounter,
 ) -> list[LeafId]:
-    """Context leaves in the order they were taken (the breadth-first greedy).
+    """The leaves in the order they were taken (the breadth-first greedy from the seeds).
 
     Ties in value go to the leaf nearer a seed, then by position (source key,
     whatever its generation, then split id), so the choice does not depend on
     the order of the input or the update history.
     """
     heap: list[tuple[float, int, str, int, str]] = []
-    queued: set[LeafId] = set(placed)
+    queued: set[LeafId] = set()
 
     def offer(leaf: LeafId) -> None:
         if leaf in values and leaf not in queued:
@@ -242,9 +217,9 @@ def _grow(
             entry = (-values[leaf], distance(leaf), base_source_key(leaf[0]), leaf[1], leaf[0])
             heapq.heappush(heap, entry)
 
-    for source, split in placed:
-        offer((source, split - 1))
-        offer((source, split + 1))
+    for seed in seeds:
+        if seed in leaves:
+            offer(seed)
     chosen: list[LeafId] = []
     left = budget
     while heap and left > 0:

@@ -43,9 +43,13 @@ class Bounds:
     start: int | None = None
     end: int | None = None
 
+    def within(self, split: int) -> bool:
+        """Whether split id ``split`` is inside ``[lo, hi]``."""
+        return self.lo <= split and (self.hi is None or split <= self.hi)
+
     def holds(self, split: int, leaf: Chunk) -> bool:
         """Whether leaf ``split`` lies inside."""
-        if split < self.lo or (self.hi is not None and split > self.hi):
+        if not self.within(split):
             return False
         if self.start is not None and leaf.start < self.start:
             return False
@@ -107,7 +111,14 @@ def cut(
     """
     radius = RING
     while True:
-        wanted = [k for h in hits for k in leaves.wanted(h.split_id - radius, h.split_id + radius)]
+        wanted = [
+            key
+            for h in hits
+            for key in leaves.wanted(
+                max(h.split_id - radius, bounds.lo),
+                h.split_id + radius if bounds.hi is None else min(h.split_id + radius, bounds.hi),
+            )
+        ]
         if wanted:
             keys = list(dict.fromkeys(wanted))
             values = yield from ask(Fetch(keys))
@@ -134,7 +145,7 @@ def _grow(
             for side, split in ((-1, lo - 1), (1, hi + 1)):
                 if blocked[side]:
                     continue
-                if split not in leaves.known and leaves.exists(split):
+                if bounds.within(split) and split not in leaves.known and leaves.exists(split):
                     return None, True
                 if not _present(leaves, bounds, split):
                     blocked[side] = True

@@ -151,13 +151,15 @@ def resolve(
 ) -> Op[list[Document]]:
     """Place every context on the ladder within the ceiling; cut runs last."""
     chosen = contexts(groups, ranked_hits, relevance, params)
+    budget = params.max_tokens if params.max_tokens is not None else MULTILEVEL_BUDGET
+    counter = params.token_counter
+    if not any(counter(hit.text) <= budget for ctx in chosen for hit in ctx.evidence):
+        return []  # not one hit fits the ceiling: nothing to fetch
     keys = node_keys(chosen)
     values: list[Document | None] = []
     if keys:
         values = yield from ask(Fetch(keys))
     nodes = dict(zip(keys, values, strict=True))
-    budget = params.max_tokens if params.max_tokens is not None else MULTILEVEL_BUDGET
-    counter = params.token_counter
     placed = _Placement(budget, params.count, [], [])
     for ctx in chosen:
         try:

@@ -51,15 +51,18 @@ def first_depth(params: QueryParams) -> int:
 
 
 def needs_scale(params: QueryParams) -> bool:
-    """Whether relevance is read: hybrid fusion, multilevel's evidence, or ``k=None``."""
-    return params.hybrid or params.mode == "multilevel" or params.count is None
+    """Whether relevance is read: hybrid fusion, the evidence of multilevel and pack, ``k=None``."""
+    return params.hybrid or params.mode in ("multilevel", "pack") or params.count is None
 
 
 def ranked(query: str, vector: Vector, params: QueryParams, depth: int) -> Op[Ranked]:
     """Search ``depth`` deep and rank (fused with BM25's best under hybrid search)."""
     found = yield from ask(Search(vector, query, depth, params.filter))
     hits = dedupe_hits(found.hits)
-    scale = scale_of([hit.score for hit in hits])
+    scores = [hit.score for hit in hits]
+    if found.tied is not None:  # the places of a group of equal scores the cut left out
+        scores += [found.tied] * (min(depth, STATS_DEPTH) - len(scores))
+    scale = scale_of(scores)
     last = None if found.exhausted else _lowest_left_out(hits, found)
     if not params.hybrid:
         relevance = {hit.key: scale.z(hit.score) for hit in hits}

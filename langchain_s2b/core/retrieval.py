@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core import budgeted, multilevel
+from langchain_s2b.core import multilevel, pack
 from langchain_s2b.core.ceiling import Bounds, Leaves, cut, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
@@ -93,6 +93,8 @@ def shaped(
         groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
     ) -> Op[list[Document]]:
         chosen = choose(groups, ranking, params)
+        if not fits_any(chosen, params.max_tokens, params):
+            return []  # not one hit fits the ceiling: nothing to fetch
         keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
         values: list[Document | None] = []
         if keys:
@@ -107,6 +109,16 @@ def shaped(
         return (yield from ceiling(built, fetched, bounds, mode, params))
 
     return resolve
+
+
+def fits_any(groups: Sequence[Group], budget: int | None, params: QueryParams) -> bool:
+    """Whether any hit's own text fits ``budget`` (no ceiling: always).
+
+    A result and any run cut from it hold a hit, so when none fits nothing can
+    come back, and nothing is fetched.
+    """
+    counter = params.token_counter
+    return budget is None or any(counter(h.text) <= budget for g in groups for h in g.hits)
 
 
 def _build_all(
@@ -217,5 +229,5 @@ PLANS: dict[str, Plan] = {
         resolve=shaped(assemble_windows, _window_bounds, "window"),
     ),
     "multilevel": Plan(group=multilevel.group, resolve=_multilevel),
-    "pack": Plan(group=budgeted.one_per_hit, resolve=budgeted.pack),
+    "pack": Plan(group=pack.one_per_hit, resolve=pack.pack),
 }

@@ -216,10 +216,20 @@ class TestBatchIO:
         retriever.batch(QUERIES)
         # Round one searches every query as one matrix; an over-fetch round searches
         # only the queries that still lack k windows, again as one matrix. A search is
-        # one deeper than the fetch, to see whether the fetch cuts a group of equal scores.
-        assert searches[0] == (len(QUERIES), fetch_k + 1)
+        # one deeper than the fetch, to see whether the fetch cuts a group of equal scores;
+        # under hybrid search (the default) the first is 100 deep: the query's scale.
+        assert searches[0] == (len(QUERIES), 101)
         fetch_sizes = [k for _, k in searches]
         assert fetch_sizes == sorted(set(fetch_sizes))
+        assert searches == [(len(QUERIES), 101)]
+        plain = _retriever("window", docstore=InMemoryStore(), fetch_k=fetch_k, hybrid=False)
+        index = plain.vectorstore
+        assert isinstance(index, FaissIndex)
+        searches.clear()
+        search_rows = index.search_rows
+        monkeypatch.setattr(index, "search_rows", counted_search)
+        plain.batch(QUERIES)
+        assert searches[0] == (len(QUERIES), fetch_k + 1)
         if fetch_k == 40:
             assert searches == [(len(QUERIES), 41)]
         assert len(fetches) == 1

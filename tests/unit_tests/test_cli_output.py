@@ -17,6 +17,7 @@ from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli import models
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.errors import safe
+from langchain_s2b.core.params import DEFAULT_K
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.retriever import SmallToBigRetriever
 
@@ -245,7 +246,7 @@ class TestDefaults:
             None,
         )
         ev = cli.build_parser().parse_args(["eval", "--store", "x", "--questions", "q"])
-        assert ev.k == fields["k"].default == 4
+        assert ev.k == DEFAULT_K == 4  # k=None is 4 results without a budget
         text = "\n\n".join(f"Paragraph {i} mentions wombats {i} times." for i in range(8))
         (tmp_path / "a.txt").write_text(text)
         store = tmp_path / "s"

@@ -10,9 +10,9 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core.budgeted import fused
 from langchain_s2b.core.fusion import z_fuse, z_scores
-from langchain_s2b.core.hits import dedupe_hits
+from langchain_s2b.core.params import QueryParams
+from langchain_s2b.core.ranking import ranked as rank
 from langchain_s2b.core.requests import Search, ask
 from langchain_s2b.store.hybrid_index import HybridChildIndex
 from langchain_s2b.store.lexical_index import LexicalIndex, query_terms
@@ -213,10 +213,10 @@ def test_lexical_only_leaves_are_scored_by_the_child_index_with_their_cosine(
         retriever.add_documents(docs)
         io = retriever._io
         vector = io.index.embed_query(query)
-        few = io.drive(ask(Search(vector, query, 2, flt)))  # few dense hits: most are lexical
         every = io.drive(ask(Search(vector, query, 100, flt)))
         cosine = {hit.key: hit.score for hit in every.hits}
-        ranked = io.drive(fused(dedupe_hits(few.hits), query, vector, 100, flt))
+        params = QueryParams(mode="window", filter=flt)  # 2 deep: most hits are lexical only
+        ranked = io.drive(rank(query, vector, params, 2))
         assert {h.key: h.score for h in ranked.hits} == pytest.approx(
             {h.key: cosine[h.key] for h in ranked.hits}, abs=1e-6
         )

@@ -15,7 +15,7 @@ from langchain_core.stores import InMemoryStore
 from langchain_text_splitters import TextSplitter
 
 from langchain_s2b import WindowSplitter
-from langchain_s2b.core.hits import hit_from_metadata
+from langchain_s2b.core.hits import dedupe_hits, hit_from_metadata
 from langchain_s2b.core.ingest import identify, prepare
 from langchain_s2b.core.merge import Chunk, merge_chunks
 from langchain_s2b.core.tree import Level
@@ -176,12 +176,17 @@ def check_windows(sources, hits, windows):
         assert doc.page_content == texts[meta["source_id"]][meta["start"] : meta["end"]]
         for match in meta["matches"]:
             assert meta["start"] <= match["start"] <= match["end"] <= meta["end"]
-    # Every hit is inside exactly one window.
+    # Every hit is inside exactly one window (one that shares nothing with the query, score
+    # 0, is a match only of the window it seeded).
     counted = defaultdict(int)
     for doc in windows:
         for match in doc.metadata["matches"]:
             counted[match["key"]] += 1
-    assert counted == dict.fromkeys({hit.key for hit in hits}, 1)
+    best = {hit.key: max(h.score for h in hits if h.key == hit.key) for hit in hits}
+    assert {k: n for k, n in counted.items() if best[k] > 0} == {
+        k: 1 for k, score in best.items() if score > 0
+    }
+    assert all(n == 1 for n in counted.values())
 
 
 def assert_disjoint(windows):
@@ -205,7 +210,7 @@ def assert_split_disjoint(windows):
 
 
 def plan_and_assemble(hits, before, after, nodes):
-    groups = plan_windows(hits, before, after, coalesce=True)
+    groups = plan_windows(dedupe_hits(hits), before, after, coalesce=True)
     return [doc for group in groups for doc in assemble_windows(group, nodes)]
 
 

@@ -13,7 +13,8 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.budget import MULTILEVEL_BUDGET, estimate_tokens
 from langchain_s2b.core.hits import Hit
-from langchain_s2b.core.multilevel import common_level, evidence, ratio_level
+from langchain_s2b.core.multilevel import common_level, ratio_level
+from langchain_s2b.core.relevance import evidence
 
 from ._embeddings import BagOfWords
 
@@ -69,9 +70,11 @@ class TestEscalation:
         assert docs[0].page_content == TEXT
 
     def test_weak_stray_hit_does_not_escalate(self) -> None:
-        narrow = _retriever(k=1, margin=0.1).invoke("zebra giraffe")
+        # relevance (hybrid, z-scores of the query's scores): the two "zebra giraffe"
+        # sentences 3.12, "Penguin giraffe walrus" 1.06 (Beta), "Zebra crossing" 0.60 (Gamma)
+        narrow = _retriever(k=1, margin=1.0).invoke("zebra giraffe")
         assert narrow[0].metadata["level"] == "paragraph"
-        wide = _retriever(k=1, margin=0.9).invoke("zebra giraffe")
+        wide = _retriever(k=1, margin=3.0).invoke("zebra giraffe")
         assert wide[0].metadata["level"] == "doc"
 
     def test_ratio_rule_is_an_option(self) -> None:
@@ -81,7 +84,8 @@ class TestEscalation:
         assert docs[0].page_content == TEXT
 
     def test_one_context_per_document(self) -> None:
-        retriever = _retriever(k=2)
+        # relevance: "g"'s two sentences 2.82, "zoo"'s three giraffe sentences 1.77
+        retriever = _retriever(k=2, margin=1.5)
         retriever.add_documents([Document(page_content="Giraffe facts. Giraffe necks.", id="g")])
         docs = retriever.invoke("giraffe")
         got = [(d.metadata["source_id"], d.metadata["context"], d.metadata["level"]) for d in docs]
@@ -103,42 +107,54 @@ class TestEscalation:
 
 
 class TestBudget:
-    """Told a budget, multilevel grows context around the best hits (core/allocate.py)."""
+    """Told a budget, multilevel places the smallest nodes that cover the evidence, then cuts."""
 
     QUERY = "zebra lion penguin walrus"
     # dense hits: sentence 1 "Zebra giraffe lion. " (5 tokens) and 16 "Penguin giraffe
-    # walrus. " (6) tie at .577 (document order: 1 first), then 2 "Zebra giraffe tiger. " (6)
+    # walrus. " (6) tie at .577 (document order: 1 first), then 2 "Zebra giraffe tiger. " (6);
+    # the two are the evidence (z 3.29; sentence 2: 1.46), in sections Alpha and Beta
 
-    def test_a_tiny_budget_returns_the_best_hit_whole(self) -> None:
-        # seeds: sentence 1 alone fills 5 tokens; it fits exactly
+    def test_a_tiny_budget_returns_a_run_cut_from_the_best_hits_paragraph(self) -> None:
+        # the document, each section's paragraph: none fits 5 tokens; the first cut is
+        # sentence 1 alone, which fits exactly, and k=1 ends the call
         (doc,) = _retriever(k=1).invoke(self.QUERY, max_tokens=5, hybrid=False)
         assert doc.page_content == TEXT[9:29] == "Zebra giraffe lion. "
         meta = doc.metadata
         assert (meta["start"], meta["end"], meta["split_ids"], meta["tokens"]) == (9, 29, [1], 5)
-        assert (meta["level"], meta["escalation"]) == ("sentence", "budget")
+        assert (meta["level"], meta["escalation"]) == ("sentence", "cut")
+        start, end = _para_span("Zebra giraffe lion.")
+        assert meta["cut_from"] == {
+            "level": "paragraph",
+            "key": "zoo/paragraph/1",
+            "start": start,
+            "end": end + 2,
+        }
         assert [m["split_id"] for m in meta["matches"]] == [1]
 
-    def test_hits_come_before_any_neighbour(self) -> None:
-        # seeds 1 and 16 (.577 each; sentence 2 scores .289, outside the margin): both are
-        # placed (5 + 6 tokens) before any neighbour; the 1 token left fits none
+    def test_each_cut_grows_towards_what_is_worth_more(self) -> None:
+        # 12 tokens, one result: from sentence 1 (5), sentence 2 (6) is nearer the other
+        # hit than the heading before it (1/2 + 1/2**14 against 1/2 + 1/2**16): 11 tokens
         docs = _retriever(k=1).invoke(self.QUERY, max_tokens=12, hybrid=False)
         assert [(d.page_content, d.metadata["split_ids"]) for d in docs] == [
-            ("Zebra giraffe lion. ", [1]),
-            ("Penguin giraffe walrus. ", [16]),
+            ("Zebra giraffe lion. Zebra giraffe tiger. ", [1, 2]),
         ]
-        assert [d.metadata["tokens"] for d in docs] == [5, 6]
 
     def test_hybrid_ranks_the_rare_words_first(self) -> None:
         # BM25 weighs "penguin" and "walrus" (one sentence each) above "zebra" (three):
-        # the walrus sentence becomes the best hit, and both hits fit 12 tokens whole
-        docs = _retriever(k=1).invoke(self.QUERY, max_tokens=12)
-        assert [d.page_content for d in docs] == [
-            "Penguin giraffe walrus. ",
-            "Zebra giraffe lion. ",
+        # the walrus sentence becomes the best hit; told 12 tokens with k=1 it is cut
+        # first (its next sentence, 7 tokens, does not fit); with k=None the lion
+        # sentence (5) fits what is left too, and they come in reading order
+        assert [d.page_content for d in _retriever(k=1).invoke(self.QUERY, max_tokens=12)] == [
+            "Penguin giraffe walrus. "
         ]
-        assert sum(estimate_tokens(d.page_content) for d in docs) == 11
+        docs = _retriever(k=None).invoke(self.QUERY, max_tokens=12)
+        assert [d.page_content for d in docs] == [
+            "Zebra giraffe lion. ",
+            "Penguin giraffe walrus. ",
+        ]
+        assert sum(d.metadata["tokens"] for d in docs) == 11
 
-    def test_contexts_over_the_default_budget_fill_it_instead(self) -> None:
+    def test_a_cover_over_the_default_budget_splits_into_what_fits(self) -> None:
         long_filler = "\n\n".join([FILLER] * 30)  # ~620 tokens per section
         text = (
             f"# Alpha\n\nZebra giraffe lion.\n\n{long_filler}\n\n"
@@ -148,18 +164,16 @@ class TestBudget:
             [Document(page_content=text, id="zoo")], BagOfWords(), mode="multilevel", k=2
         )
         assert estimate_tokens(text) > MULTILEVEL_BUDGET
-        # without a budget the evidence (two sections) escalates to the whole document,
-        # which is over the default budget: the call fills MULTILEVEL_BUDGET instead. Both
-        # needles score .577 (Zebra first, in text order): the first brings its neighbours
-        # (worth 1/2, the floor), the second (weight 1/2) none
+        # the evidence (two sections) escalates to the whole document, over the default
+        # budget: each section's evidence gets its smallest node, its paragraph, whole
         docs = retriever.invoke(self.QUERY)
         assert [d.page_content for d in docs] == [
-            "# Alpha\n\nZebra giraffe lion.\n\nPlain words fill this line. ",
+            "Zebra giraffe lion.\n\n",
             "Penguin giraffe walrus.\n\n",
         ]
         assert [(d.metadata["escalation"], d.metadata["context"]) for d in docs] == [
-            ("budget", 0),
-            ("budget", 0),
+            ("single-parent", 0),
+            ("single-parent", 0),
         ]
         for doc in docs:
             assert text[doc.metadata["start"] : doc.metadata["end"]] == doc.page_content
@@ -216,7 +230,7 @@ def test_common_level(paths: list[list[str]], expected: int) -> None:
 def test_evidence_margin_and_ratio() -> None:
     anc = [("p0", 0, 1, 4), ("s0", 0, 1, 4), ("d", 0, 1, 6)]
     hits = [_hit("h0", 0.9, anc), _hit("h1", 0.85, anc), _hit("h2", 0.5, anc)]
-    ev = evidence(hits, 0.1)
+    ev = evidence(hits, {"h0": 2.0, "h1": 1.5, "h2": 0.2}, 1.0)
     assert [h.key for h in ev] == ["h0", "h1"]
     assert ratio_level(ev, 0.4) == 0  # 2 of p0's 4 children hit; 1 of s0's 4 paragraphs
     assert ratio_level(ev, 0.5) == -1
@@ -242,7 +256,6 @@ def test_the_default_budget_reuses_the_query_vector() -> None:
     embedding.calls = 0
     docs = retriever.invoke("wombats")
     assert embedding.calls == 1
-    # the k best runs of the 1,024-token fill (the sections alone would be 6 x ~470 tokens)
-    assert docs == retriever.invoke("wombats", max_tokens=MULTILEVEL_BUDGET)[:3]
-    assert len(docs) == 3
-    assert sum(estimate_tokens(d.page_content) for d in docs) <= MULTILEVEL_BUDGET
+    # a plain call is the 1,024-token ceiling over the ladder
+    assert docs == retriever.invoke("wombats", max_tokens=MULTILEVEL_BUDGET)
+    assert sum(d.metadata["tokens"] for d in docs) <= MULTILEVEL_BUDGET

@@ -345,6 +345,8 @@ def run(case: Case) -> None:
     else:
 
         def oracle(fetch: int) -> list[ref.Hit]:
+            if not nodes:  # an empty index is not searched
+                return []
             assert raw[fetch], f"the retriever never searched {fetch} deep; it searched {list(raw)}"
             return hits_of(raw[fetch][-1])
 
