@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -32,12 +33,11 @@ from typing import Any
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from models import MODELS, load_model  # benchmarks/models.py (the folder is on sys.path)
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
-
-from models import MODELS, load_model  # benchmarks/models.py (the folder is on sys.path)
 
 BUDGETS = (256, 512, 1024, 2048, 8192)
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,9 +94,7 @@ def rows(
 
     def index(mode: str) -> SmallToBigRetriever:
         if mode not in built:
-            built[mode] = SmallToBigRetriever.from_documents(
-                documents, emb, mode=mode, **options
-            )
+            built[mode] = SmallToBigRetriever.from_documents(documents, emb, mode=mode, **options)
         return built[mode]
 
     def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
@@ -111,8 +109,9 @@ def rows(
         "window, w = 1, dense": copy("window", window_size=1, hybrid=False),
         "parent (~1,200-token parents)": copy("parent"),
         "multilevel": copy("multilevel"),
-        "pack": copy("multilevel", mode="pack"),
         "multilevel, dense": copy("multilevel", hybrid=False),
+        "pack, w = 1": copy("multilevel", mode="pack"),
+        "pack, w = 1, dense": copy("multilevel", mode="pack", hybrid=False),
         "CLI tree, parent = paragraph": copy("multilevel", mode="parent"),
         "CLI tree, parent = section": copy("multilevel", mode="parent", parent_level="section"),
     }
@@ -128,6 +127,9 @@ def main() -> None:
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated rules")
     parser.add_argument("--model", choices=MODELS, default="e5", help="the embedding model")
     parser.add_argument("--margin", type=float, default=None, help="evidence margin (std devs)")
+    parser.add_argument(
+        "--ladder", action="store_true", help="the share of plain multilevel results per level"
+    )
     args = parser.parse_args()
     rules = args.rules.split(",")
     documents = load(args.data)
@@ -157,17 +159,35 @@ def main() -> None:
         for metric in METRICS:
             print()
             print(budget_table(reports, rule, metric))
+    data: dict[str, Any] = {
+        r.name: {
+            rule: {b: asdict(stats) for b, stats in per_budget.items()}
+            for rule, per_budget in r.by_rule.items()
+        }
+        for r in reports
+    }
+    if args.ladder:
+        data["ladder"] = ladder(table["multilevel"](), questions)
     total = time.perf_counter() - t0
     print(f"\n{len(questions)} questions, {len(documents)} articles; total {total:.0f}s")
     if args.json:
-        data = {
-            r.name: {
-                rule: {b: asdict(stats) for b, stats in per_budget.items()}
-                for rule, per_budget in r.by_rule.items()
-            }
-            for r in reports
-        }
         args.json.write_text(json.dumps(data, indent=2))
+
+
+def ladder(retriever: BaseRetriever, questions: list[Any]) -> dict[str, float]:
+    """Plain multilevel calls (k and the 1,024-token ceiling by default): share of results
+    at each level and escalation, printed as a table."""
+    counts: Counter[str] = Counter()
+    for question in questions:
+        for doc in retriever.invoke(question.question):
+            counts[f"{doc.metadata['level']} / {doc.metadata.get('escalation', '')}"] += 1
+    total = sum(counts.values())
+    shares = {name: n / total for name, n in counts.most_common()}
+    print(f"\nplain multilevel: {total} results for {len(questions)} questions")
+    print("| level / escalation | share |\n|---|---:|")
+    for name, share in shares.items():
+        print(f"| {name} | {share:.3f} |")
+    return shares
 
 
 if __name__ == "__main__":
