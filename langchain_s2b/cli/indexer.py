@@ -26,15 +26,11 @@ text with its stored embedding (identical chunks share one).
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.cli.index_dir import INDEX_MODE, FileRow, Store
@@ -47,16 +43,18 @@ from langchain_s2b.cli.loaders import (
     shown,
 )
 from langchain_s2b.cli.progress import Bar
-from langchain_s2b.core.ingest import identify, nodes_key, source_id_of
+from langchain_s2b.core.ingest import identify, is_empty, nodes_key, source_id_of
+from langchain_s2b.core.ingest import leaf_texts as leaf_texts_of
 from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
+from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
-from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.faiss_index import FaissIndex
 
 GROUP_CHARS = 250_000
 """Text per write transaction (a larger file is a group of its own)."""
 EMBED_BATCH = 64
 """Chunks per embedding call and per committed batch of vectors."""
+LEVELS = default_levels(INDEX_MODE, None, None)
+"""The store's levels (its retriever's, as :class:`~.index_dir.Store` makes it)."""
 
 Progress = Callable[[int, str, str], Bar]
 """``progress(total, unit, what)``: a progress bar for one phase of the run."""
@@ -97,51 +95,21 @@ class _Loaded:
     """Source id -> its chunks."""
 
 
-class _Recorder(Embeddings):
-    """Records the passages a retriever would embed (the planning pass)."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.texts.extend(texts)
-        return [[1.0]] * len(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return [1.0]
-
-
-class _Planned(FaissIndex):
-    """Counts the chunks a retriever would index, per source; builds no index."""
-
-    def __init__(self, embedding: Embeddings) -> None:
-        super().__init__(embedding)
-        self.chunks: Counter[str] = Counter()
-
-    def add_vectors(
-        self,
-        vectors: np.ndarray,
-        texts: Sequence[str],
-        metadatas: Sequence[dict[str, Any]],
-        ids: Sequence[str],
-    ) -> list[str]:
-        self.chunks.update(str(m["source_id"]) for m in metadatas)
-        return list(ids)
-
-
 def plan(docs: Sequence[Document]) -> tuple[list[str], dict[str, int]]:
     """The distinct chunk texts the index will embed for ``docs``, and each source's chunks.
 
-    Split exactly as the store splits them. The planning retriever has no
-    lexical index (``hybrid=False``): it only splits, and a BM25 index built
-    and committed per file cost ~12 ms a file (5% of ``s2b index`` on a folder
-    of paragraphs) for nothing.
+    Split exactly as the store splits them (:func:`~langchain_s2b.core.ingest.leaf_texts`
+    with the store's levels), making no node document, no vector and no lexical index.
     """
-    recorder = _Recorder()
-    index = _Planned(recorder)
-    planner = SmallToBigRetriever(vectorstore=index, mode=INDEX_MODE, hybrid=False)
-    planner.add_documents(docs)
-    return recorder.texts, dict(index.chunks)
+    texts: dict[str, None] = {}
+    chunks: dict[str, int] = {}
+    for source in identify(docs, None, [], ""):
+        if is_empty(source):
+            continue
+        leaves = leaf_texts_of(source, LEVELS)
+        chunks[source.source_id] = len(leaves)
+        texts.update(dict.fromkeys(leaves))
+    return list(texts), {sid: n for sid, n in chunks.items() if n}
 
 
 def leaf_texts(docs: Sequence[Document]) -> list[str]:
