@@ -237,7 +237,7 @@ def _documents(
 ) -> tuple[list[Document], list[str]]:
     """A file's documents with text, and their source ids; :class:`SkippedFile` if unusable."""
     notes: list[str] = []
-    docs = [doc for doc in read_documents(path, data, notes) if doc.page_content.strip()]
+    docs = [doc for doc in read_documents(path, data, notes) if _has_text(doc.page_content)]
     try:
         identify(docs, None, [], "")  # what add_documents will refuse, refused for this file
     except (TypeError, ValueError) as err:
@@ -247,6 +247,11 @@ def _documents(
         if report.on_note is not None:
             report.on_note(str(path), note)
     return docs, [source_id_of(doc, None, []) for doc in docs]
+
+
+def _has_text(text: str) -> bool:
+    """Not empty, nor only whitespace (``text.strip()`` without a copy of a large text)."""
+    return bool(text) and not text.isspace()
 
 
 def _gone(found: Found, stored: dict[str, FileRow]) -> set[str]:
@@ -380,6 +385,8 @@ def _groups(items: list[_Loaded]) -> list[list[_Loaded]]:
 def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Bar) -> int:
     """Embed the group's chunks that have no stored vector, shortest first, batch by batch."""
     wanted = sorted({t for item in group for t in item.texts if t in todo}, key=len)
+    for item in group:
+        item.texts = []  # the write splits again; the texts are not held past their embedding
     for start in range(0, len(wanted), EMBED_BATCH):
         batch = wanted[start : start + EMBED_BATCH]
         store.cache.embed_missing(batch)
@@ -405,6 +412,7 @@ def _write(
         for item in group:
             for doc, sid in zip(item.docs, item.sources, strict=True):
                 docs.setdefault(sid, doc)
+        store.index.make_room(sum(n for item in group for n in item.chunks.values()))
         store.retriever.add_documents(list(docs.values()))
         for item in group:
             row = FileRow(

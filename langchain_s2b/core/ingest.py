@@ -13,7 +13,10 @@ splitters actually produced, so any change of splitting is a change.
 
 from __future__ import annotations
 
+import array
+import bisect
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +32,7 @@ from langchain_s2b.core.keys import (
     level_prefix,
     manifest_key,
 )
-from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS, Level, Tree, build_tree
+from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS, Level, Node, Tree, build_tree
 
 MANIFEST_VERSION = 1
 
@@ -146,9 +149,14 @@ def digest(doc: Document, config: str) -> str:
     meta = json.dumps(doc.metadata, sort_keys=True, default=str)
     h = hashlib.sha256()
     for part in (config, meta, doc.page_content):
-        h.update(part.encode("utf-8", "surrogatepass"))
+        for start in range(0, len(part), _HASH_CHARS):  # no copy of a large text in UTF-8
+            h.update(part[start : start + _HASH_CHARS].encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()
+
+
+_HASH_CHARS = 1 << 20
+"""Characters encoded at a time to hash a text (UTF-8 encodes each code point alone)."""
 
 
 def tree_digest(source: Source, tree: Tree) -> str:
@@ -232,21 +240,25 @@ class NodeDocuments(Sequence[Document]):
     Args:
         source: the source.
         tree: its span tree, keyed under the written generation.
-        entries: ``(level, position in that level)`` of each node, in order.
+        runs: ``(level, positions in that level)`` in order: the nodes, level by level
+            (``range`` for a whole level: nothing is stored per node).
     """
 
-    def __init__(self, source: Source, tree: Tree, entries: Sequence[tuple[int, int]]) -> None:
+    def __init__(
+        self, source: Source, tree: Tree, runs: Sequence[tuple[int, Sequence[int]]]
+    ) -> None:
         self.source = source
         self.tree = tree
         self._levels = tree.levels
-        self._entries = entries
+        self._runs = runs
+        self._starts = list(itertools.accumulate((len(p) for _, p in runs), initial=0))
         base = tree.nodes[DOC_LEVEL][0].source_key
         self._common = {**source.doc.metadata, "source_id": source.source_id, "source_key": base}
         self._n_leaves = len(tree.leaves)
         self._shared: tuple[int, list[list[str | int]]] = (-1, [])
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._starts[-1]
 
     @overload
     def __getitem__(self, index: int) -> Document: ...
@@ -256,30 +268,44 @@ class NodeDocuments(Sequence[Document]):
 
     def __getitem__(self, index: int | slice) -> Document | list[Document]:
         if isinstance(index, slice):
-            return [self._document(*self._entries[i]) for i in range(*index.indices(len(self)))]
-        return self._document(*self._entries[index])
+            return [self._document(*self._entry(i)) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            msg = f"node {index} of {len(self)}"
+            raise IndexError(msg)
+        return self._document(*self._entry(index))
+
+    def _entry(self, index: int) -> tuple[int, int]:
+        run = bisect.bisect_right(self._starts, index) - 1
+        level, positions = self._runs[run]
+        return level, positions[index - self._starts[run]]
+
+    def _entries(self) -> Iterator[tuple[Node, int]]:
+        nodes, levels = self.tree.nodes, self._levels
+        for level, positions in self._runs:
+            row = nodes[levels[level]]
+            for position in positions:
+                yield row[position], level
 
     def __iter__(self) -> Iterator[Document]:
-        document = self._document
-        for level, position in self._entries:
-            yield document(level, position)
+        document = self._node_document
+        for node, level in self._entries():
+            yield document(node, level)
 
     def ids(self) -> list[str]:
         """The nodes' keys (their documents' ids), in order; no document is made."""
-        nodes, levels = self.tree.nodes, self._levels
-        return [nodes[levels[level]][position].key for level, position in self._entries]
+        return [node.key for node, _ in self._entries()]
 
     def texts(self) -> list[str]:
         """The nodes' texts, in order (no document is made)."""
-        text, nodes, levels = self.source.doc.page_content, self.tree.nodes, self._levels
-        out = []
-        for level, position in self._entries:
-            node = nodes[levels[level]][position]
-            out.append(text[node.start : node.end])
-        return out
+        text = self.source.doc.page_content
+        return [text[node.start : node.end] for node, _ in self._entries()]
 
     def _document(self, level: int, position: int) -> Document:
-        node = self.tree.nodes[self._levels[level]][position]
+        return self._node_document(self.tree.nodes[self._levels[level]][position], level)
+
+    def _node_document(self, node: Node, level: int) -> Document:
         start = node.start
         meta = {
             **self._common,
@@ -355,23 +381,19 @@ def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Pre
     """
     text = source.doc.page_content
     tree = build_tree(text, generation_key(source.source_key, generation), levels)
-    junk: list[int] = []
-    embedded: list[tuple[int, int]] = []
-    for position, node in enumerate(tree.leaves):
-        if is_junk(text[node.start : node.end]):
-            junk.append(node.split_id)
-        else:
-            embedded.append((0, position))
+    junk = [node.split_id for node in tree.leaves if is_junk(text[node.start : node.end])]
+    leaves: Sequence[int] = range(len(tree.leaves))
+    if junk:  # split ids are positions: the leaves in between
+        skipped = set(junk)
+        leaves = array.array("q", (i for i in leaves if i not in skipped))
     every = [
-        (level, position)
-        for level in reversed(range(len(tree.levels)))
-        for position in range(len(tree.nodes[tree.levels[level]]))
+        (level, range(len(tree.nodes[tree.levels[level]]))) for level in range(len(tree.levels))
     ]
     manifest = manifest_document(source, tree, generation, junk)
     return Prepared(
         source,
-        NodeDocuments(source, tree, embedded),
-        NodePairs(NodeDocuments(source, tree, every)),
+        NodeDocuments(source, tree, [(0, leaves)]),
+        NodePairs(NodeDocuments(source, tree, every[::-1])),
         manifest,
     )
 
@@ -386,4 +408,5 @@ def leaf_texts(source: Source, levels: Sequence[Level]) -> list[str]:
 
 def is_empty(source: Source) -> bool:
     """A source with no text to index."""
-    return not source.doc.page_content.strip()
+    text = source.doc.page_content
+    return not text or text.isspace()  # as ``not text.strip()``, without a copy

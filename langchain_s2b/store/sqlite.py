@@ -632,6 +632,7 @@ class SQLiteFaissIndex(FaissIndex):
         """How many times this object built FAISS from the database (not from a file)."""
         self.on_add: Callable[[int], object] | None = None
         """Told how many leaves each add wrote (a command's progress)."""
+        self._room = 0
 
     embeds_on_add = True
     """Leaves come without vectors (:class:`~.child_index.ChildIndex`): :meth:`add_texts` reads
@@ -697,9 +698,36 @@ class SQLiteFaissIndex(FaissIndex):
         ids: Sequence[str],
     ) -> list[str]:
         added = super().add_vectors(matrix, texts, metadatas, ids)
+        if self._room:
+            self._grow(self._room - len(ids))
+            self._room = 0
         if self.on_add is not None:
             self.on_add(len(ids))
         return added
+
+    def make_room(self, leaves: int) -> None:
+        """Make FAISS's storage room for ``leaves`` more vectors at once (added in batches next).
+
+        A flat index grows its storage (a ``std::vector``) by doubling it, with
+        a copy: at the last copy the old and the new storage are held together,
+        twice the index. Grown once to what the adds will need, it is never
+        copied. Done at the next add (the first add makes the index).
+        """
+        self._room = max(0, leaves)
+        if self._index is not None:
+            self._grow(self._room)
+            self._room = 0
+
+    def _grow(self, leaves: int) -> None:
+        if leaves <= 0 or self._index is None or self._staging is not None:
+            return
+        inner = faiss.downcast_index(self._index.index)
+        codes = getattr(inner, "codes", None)
+        if not isinstance(inner, faiss.IndexFlatCodes) or codes is None or not codes.is_owned:
+            return
+        size = codes.size()
+        codes.resize(size + leaves * inner.code_size)  # the capacity stays when it shrinks
+        codes.resize(size)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Remove leaves by key (``None``: all) from FAISS and from the database."""
