@@ -42,7 +42,7 @@ from langchain_s2b.cli.loaders import (
     read_documents,
     shown,
 )
-from langchain_s2b.cli.progress import Bar
+from langchain_s2b.cli.progress import Bar, ticking
 from langchain_s2b.core.ingest import identify, is_empty, nodes_key, source_id_of
 from langchain_s2b.core.ingest import leaf_texts as leaf_texts_of
 from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
@@ -126,10 +126,13 @@ def run(
     progress: Progress,
     on_note: Callable[[str, str], None] | None = None,
     prune: bool = True,
+    save: bool = False,
 ) -> Outcome:
     """Bring the index in line with the files ``found``; see the module docstring.
 
     ``prune=False``: remove no indexed file (only read ``found.files`` again).
+    ``save``: then write the FAISS file of the state the run leaves (a phase of
+    its own, with its progress), when the run changed anything.
     """
     outcome = Outcome()
     stored = store.files()
@@ -141,12 +144,14 @@ def run(
     _plan(accepted, outcome, progress)
     todo = set(store.cache.missing([t for item in accepted for t in item.texts]))
     bar = progress(len(todo), "vector", "embedding")
+    writing = _Writing(lambda: progress(outcome.chunks, "chunk", "writing"))
+    store.index.on_add = writing.added
     try:
         _remove(store, [stored[p] for p in sorted(gone)], holders)
         outcome.removed = len(gone)
         for group in _groups(accepted):
             outcome.embedded += _embed(store, group, todo, bar)
-            _write(store, group, stored, holders)
+            _write(store, group, stored, holders, writing)
             for item in group:
                 if item.new:
                     outcome.added += 1
@@ -157,8 +162,66 @@ def run(
                 store.put_file(row)
         store.cache.collect_garbage(store.index.released)
     finally:
+        store.index.on_add = None
         bar.close()
+        writing.close()
+    if save and (outcome.added or outcome.updated or outcome.removed):
+        _save(store, progress)
     return outcome
+
+
+class _Writing:
+    """The writing phase's progress, in chunks: each group's count is reached exactly once.
+
+    The child index tells each batch of leaves it adds (:attr:`SQLiteFaissIndex.on_add`);
+    a group whose sources were written already (shared) or were unchanged adds fewer, and
+    the rest is counted when its transaction commits.
+    """
+
+    def __init__(self, make: Callable[[], Bar]) -> None:
+        self.make = make
+        self.bar: Bar | None = None
+        """Made when the first group is written (its elapsed time is the writing's)."""
+        self.counted: set[str] = set()
+        self.expected = 0
+        self.done = 0
+
+    def start(self, chunks: dict[str, int]) -> Bar:
+        """A group begins: its sources' chunks not counted by an earlier group."""
+        if self.bar is None:
+            self.bar = self.make()
+        fresh = {s: n for s, n in chunks.items() if s not in self.counted}
+        self.counted.update(fresh)
+        self.expected, self.done = sum(fresh.values()), 0
+        return self.bar
+
+    def added(self, leaves: int) -> None:
+        """The child index added ``leaves``."""
+        step = min(leaves, self.expected - self.done)
+        if step > 0 and self.bar is not None:
+            self.done += step
+            self.bar.update(step)
+
+    def finish(self) -> None:
+        """The group's transaction committed."""
+        self.added(self.expected - self.done)
+
+    def close(self) -> None:
+        """The writing is over."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _save(store: Store, progress: Progress) -> None:
+    """The FAISS file of the state the run leaves, as a phase of its own (one write)."""
+    vectors = len(store.index)
+    bar = progress(vectors, "vector", "writing the FAISS file")
+    try:
+        with ticking(bar):
+            store.save_index()
+        bar.update(vectors)
+    finally:
+        bar.close()
 
 
 @dataclass
@@ -345,12 +408,13 @@ def _plan(accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None
     texts: set[str] = set()
     bar = progress(len(accepted), "file", "splitting")
     try:
-        for item in accepted:
-            item.texts, item.chunks = plan(item.docs)
-            chunks.update(item.chunks)
-            texts.update(item.texts)
-            chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
-            bar.update(1)
+        with ticking(bar):  # one large file is a long step
+            for item in accepted:
+                item.texts, item.chunks = plan(item.docs)
+                chunks.update(item.chunks)
+                texts.update(item.texts)
+                chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
+                bar.update(1)
     finally:
         bar.close()
     outcome.documents = len(chunks)
@@ -396,10 +460,19 @@ def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Bar) -> int:
 
 
 def _write(
-    store: Store, group: list[_Loaded], stored: dict[str, FileRow], holders: dict[str, set[str]]
+    store: Store,
+    group: list[_Loaded],
+    stored: dict[str, FileRow],
+    holders: dict[str, set[str]],
+    writing: _Writing,
 ) -> None:
-    """One transaction: the group's sources, the sources its files no longer hold, file rows."""
-    with store.db.write():
+    """One transaction: the group's sources, the sources its files no longer hold, file rows.
+
+    The nodes and leaves of a large file go in batches inside it (``lifecycle``),
+    so memory stays bounded and progress is told as they go.
+    """
+    bar = writing.start({s: n for item in group for s, n in item.chunks.items()})
+    with ticking(bar), store.db.write():
         stale: list[str] = []
         for item in group:
             old = stored.get(str(item.path))
@@ -412,7 +485,7 @@ def _write(
         for item in group:
             for doc, sid in zip(item.docs, item.sources, strict=True):
                 docs.setdefault(sid, doc)
-        store.index.make_room(sum(n for item in group for n in item.chunks.values()))
+        store.index.make_room(sum({s: n for i in group for s, n in i.chunks.items()}.values()))
         store.retriever.add_documents(list(docs.values()))
         for item in group:
             row = FileRow(
@@ -424,3 +497,4 @@ def _write(
                 sum(item.chunks.get(s, 0) for s in item.sources),
             )
             store.put_file(row)
+    writing.finish()
