@@ -86,11 +86,14 @@ def _child(argv: list[str], code: Path) -> tuple[int, float, float, list[tuple[f
 
     Peak RSS is this child's ``ru_maxrss`` (``os.wait4``: its own, not that of
     every child so far); each stderr line comes with the seconds since the start.
+    It runs in the filesystem root: ``python -c`` puts its working directory
+    first on ``sys.path``, which would import the checkout it was started from.
     """
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, *argv],
         env=_env(code),
+        cwd="/",
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
