@@ -30,6 +30,7 @@ one between the first progress line and the end of the process, and
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -45,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import Synthesiser  # noqa: E402
+from corpus import Synthesiser
 
 MB = 10**6
 ARTICLE_SEED = 11
@@ -130,7 +131,7 @@ def index_run(code: Path, path: Path, store: Path) -> dict[str, Any]:
         raise RuntimeError(msg)
     progress = [(t, m.group(1)) for t, line in lines if (m := _PHASE.match(line))]
     times = [t for t, _ in progress] + [seconds]
-    silence = max((b - a for a, b in zip(times, times[1:], strict=False)), default=seconds)
+    silence = max((b - a for a, b in itertools.pairwise(times)), default=seconds)
     phases = list(dict.fromkeys(phase for _, phase in progress))
     return {
         "peak_rss_mb": round(peak, 1),

@@ -1,4 +1,4 @@
-"""One big file: ``s2b index`` holds bounded memory and speaks in every phase; terminals of any size.
+"""One big file: ``s2b index`` holds bounded memory and speaks in every phase; any terminal size.
 
 The memory test runs ``s2b index`` in a fresh process, as a user does, and
 reads that process's own peak RSS (``ru_maxrss`` from ``os.wait4``). Why a
@@ -243,9 +243,14 @@ def test_a_source_that_was_rolled_back_or_deleted_is_no_span_s_source(tmp_path: 
     """The docstore knows the sources it wrote in the open transaction, and only those."""
     db, store = _doc_store(tmp_path)
     source, sliced = _source()
-    with pytest.raises(KeyboardInterrupt), db.write():
-        store.mset([("s/doc/0", source)])
-        raise KeyboardInterrupt
+
+    def interrupted() -> None:
+        with db.write():
+            store.mset([("s/doc/0", source)])
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
     store.mset([("s/sentence/0", sliced)])  # its source was rolled back: kept whole
     assert store.mget(["s/sentence/0", "s/doc/0"]) == [sliced, None]
     assert db.conn.execute("SELECT count(*) FROM nodes").fetchone() == (0,)
@@ -303,7 +308,7 @@ def _state(store: Path) -> dict[str, object]:
     db = Database(store / "s2b.sqlite")
     try:
         rows = {
-            table: db.conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()  # noqa: S608
+            table: db.conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
             for table in ("docs", "nodes", "children", "files")
         }
         rows["lexical"] = db.conn.execute("SELECT rowid, terms, key FROM lexical").fetchall()
