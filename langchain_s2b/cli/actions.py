@@ -104,6 +104,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
                 on_skip=_on_skip,
                 on_note=_on_note,
                 progress=progress.bar,
+                save=True,
             )
             store.save_index()
         finally:

@@ -26,15 +26,11 @@ text with its stored embedding (identical chunks share one).
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.cli.index_dir import INDEX_MODE, FileRow, Store
@@ -46,17 +42,19 @@ from langchain_s2b.cli.loaders import (
     read_documents,
     shown,
 )
-from langchain_s2b.cli.progress import Bar
-from langchain_s2b.core.ingest import identify, nodes_key, source_id_of
+from langchain_s2b.cli.progress import Bar, ticking
+from langchain_s2b.core.ingest import identify, is_empty, nodes_key, source_id_of
+from langchain_s2b.core.ingest import leaf_texts as leaf_texts_of
 from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
+from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
-from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.faiss_index import FaissIndex
 
 GROUP_CHARS = 250_000
 """Text per write transaction (a larger file is a group of its own)."""
 EMBED_BATCH = 64
 """Chunks per embedding call and per committed batch of vectors."""
+LEVELS = default_levels(INDEX_MODE, None, None)
+"""The store's levels (its retriever's, as :class:`~.index_dir.Store` makes it)."""
 
 Progress = Callable[[int, str, str], Bar]
 """``progress(total, unit, what)``: a progress bar for one phase of the run."""
@@ -97,51 +95,21 @@ class _Loaded:
     """Source id -> its chunks."""
 
 
-class _Recorder(Embeddings):
-    """Records the passages a retriever would embed (the planning pass)."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.texts.extend(texts)
-        return [[1.0]] * len(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return [1.0]
-
-
-class _Planned(FaissIndex):
-    """Counts the chunks a retriever would index, per source; builds no index."""
-
-    def __init__(self, embedding: Embeddings) -> None:
-        super().__init__(embedding)
-        self.chunks: Counter[str] = Counter()
-
-    def add_vectors(
-        self,
-        vectors: np.ndarray,
-        texts: Sequence[str],
-        metadatas: Sequence[dict[str, Any]],
-        ids: Sequence[str],
-    ) -> list[str]:
-        self.chunks.update(str(m["source_id"]) for m in metadatas)
-        return list(ids)
-
-
 def plan(docs: Sequence[Document]) -> tuple[list[str], dict[str, int]]:
     """The distinct chunk texts the index will embed for ``docs``, and each source's chunks.
 
-    Split exactly as the store splits them. The planning retriever has no
-    lexical index (``hybrid=False``): it only splits, and a BM25 index built
-    and committed per file cost ~12 ms a file (5% of ``s2b index`` on a folder
-    of paragraphs) for nothing.
+    Split exactly as the store splits them (:func:`~langchain_s2b.core.ingest.leaf_texts`
+    with the store's levels), making no node document, no vector and no lexical index.
     """
-    recorder = _Recorder()
-    index = _Planned(recorder)
-    planner = SmallToBigRetriever(vectorstore=index, mode=INDEX_MODE, hybrid=False)
-    planner.add_documents(docs)
-    return recorder.texts, dict(index.chunks)
+    texts: dict[str, None] = {}
+    chunks: dict[str, int] = {}
+    for source in identify(docs, None, [], ""):
+        if is_empty(source):
+            continue
+        leaves = leaf_texts_of(source, LEVELS)
+        chunks[source.source_id] = len(leaves)
+        texts.update(dict.fromkeys(leaves))
+    return list(texts), {sid: n for sid, n in chunks.items() if n}
 
 
 def leaf_texts(docs: Sequence[Document]) -> list[str]:
@@ -158,10 +126,13 @@ def run(
     progress: Progress,
     on_note: Callable[[str, str], None] | None = None,
     prune: bool = True,
+    save: bool = False,
 ) -> Outcome:
     """Bring the index in line with the files ``found``; see the module docstring.
 
     ``prune=False``: remove no indexed file (only read ``found.files`` again).
+    ``save``: then write the FAISS file of the state the run leaves (a phase of
+    its own, with its progress), when the run changed anything.
     """
     outcome = Outcome()
     stored = store.files()
@@ -173,12 +144,14 @@ def run(
     _plan(accepted, outcome, progress)
     todo = set(store.cache.missing([t for item in accepted for t in item.texts]))
     bar = progress(len(todo), "vector", "embedding")
+    writing = _Writing(lambda: progress(outcome.chunks, "chunk", "writing"))
+    store.index.on_add = writing.added
     try:
         _remove(store, [stored[p] for p in sorted(gone)], holders)
         outcome.removed = len(gone)
         for group in _groups(accepted):
             outcome.embedded += _embed(store, group, todo, bar)
-            _write(store, group, stored, holders)
+            _write(store, group, stored, holders, writing)
             for item in group:
                 if item.new:
                     outcome.added += 1
@@ -189,8 +162,66 @@ def run(
                 store.put_file(row)
         store.cache.collect_garbage(store.index.released)
     finally:
+        store.index.on_add = None
         bar.close()
+        writing.close()
+    if save and (outcome.added or outcome.updated or outcome.removed):
+        _save(store, progress)
     return outcome
+
+
+class _Writing:
+    """The writing phase's progress, in chunks: each group's count is reached exactly once.
+
+    The child index tells each batch of leaves it adds (:attr:`SQLiteFaissIndex.on_add`);
+    a group whose sources were written already (shared) or were unchanged adds fewer, and
+    the rest is counted when its transaction commits.
+    """
+
+    def __init__(self, make: Callable[[], Bar]) -> None:
+        self.make = make
+        self.bar: Bar | None = None
+        """Made when the first group is written (its elapsed time is the writing's)."""
+        self.counted: set[str] = set()
+        self.expected = 0
+        self.done = 0
+
+    def start(self, chunks: dict[str, int]) -> Bar:
+        """A group begins: its sources' chunks not counted by an earlier group."""
+        if self.bar is None:
+            self.bar = self.make()
+        fresh = {s: n for s, n in chunks.items() if s not in self.counted}
+        self.counted.update(fresh)
+        self.expected, self.done = sum(fresh.values()), 0
+        return self.bar
+
+    def added(self, leaves: int) -> None:
+        """The child index added ``leaves``."""
+        step = min(leaves, self.expected - self.done)
+        if step > 0 and self.bar is not None:
+            self.done += step
+            self.bar.update(step)
+
+    def finish(self) -> None:
+        """The group's transaction committed."""
+        self.added(self.expected - self.done)
+
+    def close(self) -> None:
+        """The writing is over."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _save(store: Store, progress: Progress) -> None:
+    """The FAISS file of the state the run leaves, as a phase of its own (one write)."""
+    vectors = len(store.index)
+    bar = progress(vectors, "vector", "writing the FAISS file")
+    try:
+        with ticking(bar):
+            store.save_index()
+        bar.update(vectors)
+    finally:
+        bar.close()
 
 
 @dataclass
@@ -269,7 +300,7 @@ def _documents(
 ) -> tuple[list[Document], list[str]]:
     """A file's documents with text, and their source ids; :class:`SkippedFile` if unusable."""
     notes: list[str] = []
-    docs = [doc for doc in read_documents(path, data, notes) if doc.page_content.strip()]
+    docs = [doc for doc in read_documents(path, data, notes) if _has_text(doc.page_content)]
     try:
         identify(docs, None, [], "")  # what add_documents will refuse, refused for this file
     except (TypeError, ValueError) as err:
@@ -279,6 +310,11 @@ def _documents(
         if report.on_note is not None:
             report.on_note(str(path), note)
     return docs, [source_id_of(doc, None, []) for doc in docs]
+
+
+def _has_text(text: str) -> bool:
+    """Not empty, nor only whitespace (``text.strip()`` without a copy of a large text)."""
+    return bool(text) and not text.isspace()
 
 
 def _gone(found: Found, stored: dict[str, FileRow]) -> set[str]:
@@ -372,12 +408,13 @@ def _plan(accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None
     texts: set[str] = set()
     bar = progress(len(accepted), "file", "splitting")
     try:
-        for item in accepted:
-            item.texts, item.chunks = plan(item.docs)
-            chunks.update(item.chunks)
-            texts.update(item.texts)
-            chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
-            bar.update(1)
+        with ticking(bar):  # one large file is a long step
+            for item in accepted:
+                item.texts, item.chunks = plan(item.docs)
+                chunks.update(item.chunks)
+                texts.update(item.texts)
+                chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
+                bar.update(1)
     finally:
         bar.close()
     outcome.documents = len(chunks)
@@ -412,6 +449,8 @@ def _groups(items: list[_Loaded]) -> list[list[_Loaded]]:
 def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Bar) -> int:
     """Embed the group's chunks that have no stored vector, shortest first, batch by batch."""
     wanted = sorted({t for item in group for t in item.texts if t in todo}, key=len)
+    for item in group:
+        item.texts = []  # the write splits again; the texts are not held past their embedding
     for start in range(0, len(wanted), EMBED_BATCH):
         batch = wanted[start : start + EMBED_BATCH]
         store.cache.embed_missing(batch)
@@ -421,10 +460,19 @@ def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Bar) -> int:
 
 
 def _write(
-    store: Store, group: list[_Loaded], stored: dict[str, FileRow], holders: dict[str, set[str]]
+    store: Store,
+    group: list[_Loaded],
+    stored: dict[str, FileRow],
+    holders: dict[str, set[str]],
+    writing: _Writing,
 ) -> None:
-    """One transaction: the group's sources, the sources its files no longer hold, file rows."""
-    with store.db.write():
+    """One transaction: the group's sources, the sources its files no longer hold, file rows.
+
+    The nodes and leaves of a large file go in batches inside it (``lifecycle``),
+    so memory stays bounded and progress is told as they go.
+    """
+    bar = writing.start({s: n for item in group for s, n in item.chunks.items()})
+    with ticking(bar), store.db.write():
         stale: list[str] = []
         for item in group:
             old = stored.get(str(item.path))
@@ -437,6 +485,7 @@ def _write(
         for item in group:
             for doc, sid in zip(item.docs, item.sources, strict=True):
                 docs.setdefault(sid, doc)
+        store.index.make_room(sum({s: n for i in group for s, n in i.chunks.items()}.values()))
         store.retriever.add_documents(list(docs.values()))
         for item in group:
             row = FileRow(
@@ -448,3 +497,4 @@ def _write(
                 sum(item.chunks.get(s, 0) for s in item.sources),
             )
             store.put_file(row)
+    writing.finish()

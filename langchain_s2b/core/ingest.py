@@ -13,10 +13,14 @@ splitters actually produced, so any change of splitting is a change.
 
 from __future__ import annotations
 
+import array
+import bisect
 import hashlib
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from langchain_core.documents import Document
 
@@ -28,7 +32,7 @@ from langchain_s2b.core.keys import (
     level_prefix,
     manifest_key,
 )
-from langchain_s2b.core.tree import NODE_FIELDS, Level, Tree, build_tree
+from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS, Level, Node, Tree, build_tree
 
 MANIFEST_VERSION = 1
 
@@ -145,9 +149,14 @@ def digest(doc: Document, config: str) -> str:
     meta = json.dumps(doc.metadata, sort_keys=True, default=str)
     h = hashlib.sha256()
     for part in (config, meta, doc.page_content):
-        h.update(part.encode("utf-8", "surrogatepass"))
+        for start in range(0, len(part), _HASH_CHARS):  # no copy of a large text in UTF-8
+            h.update(part[start : start + _HASH_CHARS].encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()
+
+
+_HASH_CHARS = 1 << 20
+"""Characters encoded at a time to hash a text (UTF-8 encodes each code point alone)."""
 
 
 def tree_digest(source: Source, tree: Tree) -> str:
@@ -220,65 +229,184 @@ def leaf_keys(manifest: Document) -> list[str]:
     return [f"{prefix}{i}" for i in range(count) if i not in skipped]
 
 
+class NodeDocuments(Sequence[Document]):
+    """Node documents of one source, made when read: a source's nodes are never all objects.
+
+    A node's document (text slice, metadata) is built from the span tree when
+    it is asked for, so that a large source is written in batches and never
+    holds a ``Document`` per node (a 50 MB text has ~350,000 of them). The
+    leaves of one parent share one ``ancestors`` list (metadata is read only).
+
+    Args:
+        source: the source.
+        tree: its span tree, keyed under the written generation.
+        runs: ``(level, positions in that level)`` in order: the nodes, level by level
+            (``range`` for a whole level: nothing is stored per node).
+    """
+
+    def __init__(
+        self, source: Source, tree: Tree, runs: Sequence[tuple[int, Sequence[int]]]
+    ) -> None:
+        self.source = source
+        self.tree = tree
+        self._levels = tree.levels
+        self._runs = runs
+        self._starts = list(itertools.accumulate((len(p) for _, p in runs), initial=0))
+        base = tree.nodes[DOC_LEVEL][0].source_key
+        self._common = {**source.doc.metadata, "source_id": source.source_id, "source_key": base}
+        self._n_leaves = len(tree.leaves)
+        self._shared: tuple[int, list[list[str | int]]] = (-1, [])
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> Document: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Document]: ...
+
+    def __getitem__(self, index: int | slice) -> Document | list[Document]:
+        if isinstance(index, slice):
+            return [self._document(*self._entry(i)) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            msg = f"node {index} of {len(self)}"
+            raise IndexError(msg)
+        return self._document(*self._entry(index))
+
+    def _entry(self, index: int) -> tuple[int, int]:
+        run = bisect.bisect_right(self._starts, index) - 1
+        level, positions = self._runs[run]
+        return level, positions[index - self._starts[run]]
+
+    def _entries(self) -> Iterator[tuple[Node, int]]:
+        nodes, levels = self.tree.nodes, self._levels
+        for level, positions in self._runs:
+            row = nodes[levels[level]]
+            for position in positions:
+                yield row[position], level
+
+    def __iter__(self) -> Iterator[Document]:
+        document = self._node_document
+        for node, level in self._entries():
+            yield document(node, level)
+
+    def ids(self) -> list[str]:
+        """The nodes' keys (their documents' ids), in order; no document is made."""
+        return [node.key for node, _ in self._entries()]
+
+    def texts(self) -> list[str]:
+        """The nodes' texts, in order (no document is made)."""
+        text = self.source.doc.page_content
+        return [text[node.start : node.end] for node, _ in self._entries()]
+
+    def _document(self, level: int, position: int) -> Document:
+        return self._node_document(self.tree.nodes[self._levels[level]][position], level)
+
+    def _node_document(self, node: Node, level: int) -> Document:
+        start = node.start
+        meta = {
+            **self._common,
+            "level": node.level,
+            "split_id": node.split_id,
+            "start": start,
+            "end": node.end,
+            "split_idx_start": start,
+            "parent_id": node.parent_key,
+        }
+        if node.children is not None:
+            meta["children"] = list(node.children)
+        if level == 0:  # a leaf: its ancestors (shared with its siblings) and the leaf count
+            if self._shared[0] != id(node.ancestors):
+                self._shared = (id(node.ancestors), [list(a) for a in node.ancestors])
+            meta["ancestors"] = self._shared[1]
+            meta["source_splits"] = self._n_leaves
+        text = self.source.doc.page_content[start : node.end]
+        return Document(page_content=text, metadata=meta, id=node.key)
+
+
+class NodePairs(Sequence[tuple[str, Document]]):
+    """``(key, document)`` of every node of one source, coarsest level first, made when read.
+
+    The ``doc`` node comes first, so a store that keeps each node as a span of
+    its source's text has the source before any of its spans, in any batch.
+    """
+
+    def __init__(self, documents: NodeDocuments) -> None:
+        self.documents = documents
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, Document]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, Document]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, Document] | list[tuple[str, Document]]:
+        if isinstance(index, slice):
+            return [(str(doc.id), doc) for doc in self.documents[index]]
+        doc = self.documents[index]
+        return str(doc.id), doc
+
+    def __iter__(self) -> Iterator[tuple[str, Document]]:
+        for doc in self.documents:
+            yield str(doc.id), doc
+
+    def ids(self) -> list[str]:
+        """The nodes' keys, in order."""
+        return self.documents.ids()
+
+
 @dataclass
 class Prepared:
-    """Everything one source writes."""
+    """Everything one source writes (its documents made when read: see :class:`NodeDocuments`)."""
 
     source: Source
-    leaves: list[Document]
-    nodes: list[tuple[str, Document]]
+    leaves: NodeDocuments
+    """The leaves to embed, in order (junk leaves are stored, not embedded)."""
+    nodes: NodePairs
+    """Every node as ``(key, document)``, coarsest level first."""
     manifest: Document
 
 
 def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Prepared:
-    """Split one source into leaf documents (to embed) and node documents (to store).
+    """Split one source into its leaves (to embed) and its nodes (to store).
 
-    The nodes are keyed under generation ``generation`` of the source. The
-    leaves of one parent share its ``ancestors`` list (metadata is read only).
+    The nodes are keyed under generation ``generation`` of the source. Their
+    documents are made when read (:class:`NodeDocuments`).
     """
     text = source.doc.page_content
-    base = generation_key(source.source_key, generation)
-    tree = build_tree(text, base, levels)
-    common = {**source.doc.metadata, "source_id": source.source_id, "source_key": base}
-    n_leaves = len(tree.leaves)
-    leaf_level = tree.levels[0]
-    nodes: list[tuple[str, Document]] = []
-    leaves: list[Document] = []
-    junk: list[int] = []
-    for level in tree.levels:
-        is_leaf = level == leaf_level
-        ancestries: dict[int, list[list[str | int]]] = {}
-        for node in tree.nodes[level]:
-            key = node.key
-            start = node.start
-            meta = {
-                **common,
-                "level": node.level,
-                "split_id": node.split_id,
-                "start": start,
-                "end": node.end,
-                "split_idx_start": start,
-                "parent_id": node.parent_key,
-            }
-            if node.children is not None:
-                meta["children"] = list(node.children)
-            if is_leaf:  # one document serves the docstore and the child index
-                shared = ancestries.get(id(node.ancestors))
-                if shared is None:
-                    shared = ancestries[id(node.ancestors)] = [list(a) for a in node.ancestors]
-                meta["ancestors"] = shared
-                meta["source_splits"] = n_leaves
-            doc = Document(page_content=text[start : node.end], metadata=meta, id=key)
-            nodes.append((key, doc))
-            if is_leaf:
-                if is_junk(doc.page_content):
-                    junk.append(node.split_id)
-                else:
-                    leaves.append(doc)
+    tree = build_tree(text, generation_key(source.source_key, generation), levels)
+    junk = [node.split_id for node in tree.leaves if is_junk(text[node.start : node.end])]
+    leaves: Sequence[int] = range(len(tree.leaves))
+    if junk:  # split ids are positions: the leaves in between
+        skipped = set(junk)
+        leaves = array.array("q", (i for i in leaves if i not in skipped))
+    every = [
+        (level, range(len(tree.nodes[tree.levels[level]]))) for level in range(len(tree.levels))
+    ]
     manifest = manifest_document(source, tree, generation, junk)
-    return Prepared(source, leaves, nodes, manifest)
+    return Prepared(
+        source,
+        NodeDocuments(source, tree, [(0, leaves)]),
+        NodePairs(NodeDocuments(source, tree, every[::-1])),
+        manifest,
+    )
+
+
+def leaf_texts(source: Source, levels: Sequence[Level]) -> list[str]:
+    """The texts of the leaves :func:`prepare` embeds for ``source``, in order (no document)."""
+    text = source.doc.page_content
+    tree = build_tree(text, source.source_key, levels)
+    pieces = (text[node.start : node.end] for node in tree.leaves)
+    return [piece for piece in pieces if not is_junk(piece)]
 
 
 def is_empty(source: Source) -> bool:
     """A source with no text to index."""
-    return not source.doc.page_content.strip()
+    text = source.doc.page_content
+    return not text or text.isspace()  # as ``not text.strip()``, without a copy

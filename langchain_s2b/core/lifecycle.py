@@ -17,12 +17,13 @@ if removing the leaves fails), then the leaves and the nodes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.documents import Document
 
@@ -52,6 +53,9 @@ from langchain_s2b.core.splitters import describe_splitter
 from langchain_s2b.core.tree import Level
 
 Vectors = list[list[float]]
+_T = TypeVar("_T")
+WRITE_BATCH = 2048
+"""Nodes per ``Put`` and leaves per ``AddLeaves`` request of one write."""
 
 
 @dataclass
@@ -191,7 +195,7 @@ def stage(
             continue
         _warn_if_too_long(config, prepared.leaves)
         writes.append(Write(prepared, generation))
-    texts = [leaf.page_content for w in writes for leaf in w.prepared.leaves]
+    texts = [text for w in writes for text in w.prepared.leaves.texts()]
     if texts:
         vectors = yield from _embed_once(texts)
         if vectors is not None:
@@ -281,18 +285,26 @@ def _assign(writes: list[Write], vectors: Vectors) -> None:
 
 
 def _write_all(todo: list[tuple[Write, Document | None]]) -> Op[None]:
-    """Nodes, leaves, manifests; on a failure, undo what was written and re-raise."""
-    nodes = [pair for w, _ in todo for pair in w.prepared.nodes]
-    leaves = [leaf for w, _ in todo for leaf in w.prepared.leaves]
+    """Nodes, leaves, manifests; on a failure, undo what was written and re-raise.
+
+    Nodes and leaves go in batches of :data:`WRITE_BATCH` (a source's documents
+    are made batch by batch, so a large source is never all objects at once);
+    the caller's transaction, if any, still commits them together.
+    """
     vectors: Vectors | None = [v for w, _ in todo for v in (w.vectors or [])]
     if any(w.vectors is None for w, _ in todo):
         vectors = None
     manifests = [(str(w.prepared.manifest.id), w.prepared.manifest) for w, _ in todo]
     step = 0
     try:
-        yield from ask(Put(nodes))
+        for nodes in _batches(pair for w, _ in todo for pair in w.prepared.nodes):
+            yield from ask(Put(nodes))
         step = 1
-        yield from ask(AddLeaves(leaves, vectors))
+        done = 0
+        for leaves in _batches(leaf for w, _ in todo for leaf in w.prepared.leaves):
+            part = None if vectors is None else vectors[done : done + len(leaves)]
+            yield from ask(AddLeaves(leaves, part))
+            done += len(leaves)
         step = 2
         yield from ask(Put(manifests))
     except GeneratorExit:  # abandoned by its driver (a crash): no more I/O can happen
@@ -300,6 +312,13 @@ def _write_all(todo: list[tuple[Write, Document | None]]) -> Op[None]:
     except BaseException as err:  # cancellation and Ctrl-C undo too, then go on up
         yield from _undo(todo, step, err)
         raise
+
+
+def _batches(items: Iterable[_T]) -> Iterator[list[_T]]:
+    """``items`` in lists of :data:`WRITE_BATCH`."""
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, WRITE_BATCH)):
+        yield batch
 
 
 def _undo(todo: list[tuple[Write, Document | None]], step: int, err: BaseException) -> Op[None]:
@@ -313,8 +332,8 @@ def _undo(todo: list[tuple[Write, Document | None]], step: int, err: BaseExcepti
             if fresh:
                 yield from ask(Remove(fresh))
         if step >= 1:
-            yield from ask(RemoveLeaves([str(d.id) for w, _ in todo for d in w.prepared.leaves]))
-        yield from ask(Remove([key for w, _ in todo for key, _ in w.prepared.nodes]))
+            yield from ask(RemoveLeaves([k for w, _ in todo for k in w.prepared.leaves.ids()]))
+        yield from ask(Remove([key for w, _ in todo for key in w.prepared.nodes.ids()]))
     except Exception as undo_err:
         _warn_undo(err, undo_err)
 
@@ -425,7 +444,7 @@ def _cleanup_nodes(manifests: list[Document]) -> Op[None]:
     )
 
 
-def _warn_if_too_long(config: Config, leaves: list[Document]) -> None:
+def _warn_if_too_long(config: Config, leaves: Sequence[Document]) -> None:
     if config.input_limit is None:
         return
     long = [d for d in leaves if config.count_tokens(d.page_content) > config.input_limit]

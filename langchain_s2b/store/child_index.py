@@ -244,7 +244,14 @@ class ChildIndex:
         return await run_in_executor(None, self._search_generic, vector, query, fetch, flt)
 
     def _takes_vectors(self) -> bool:
-        """Whether leaves can be added with vectors embedded beforehand."""
+        """Whether leaves can be added with vectors embedded beforehand.
+
+        Not when the store reads its leaves' vectors itself as it adds them
+        (``embeds_on_add``: the command line's store, whose vectors are in its
+        database by then), so that no call holds every leaf's vector at once.
+        """
+        if getattr(self.vectorstore, "embeds_on_add", False):
+            return False
         return self.faiss is not None or _embeddings_call(self.vectorstore, "add_embeddings") != ""
 
     def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:

@@ -70,6 +70,8 @@ class Database:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self._depth = 0
+        self.transactions = 0
+        """Write transactions begun on this connection (what was written in one is known by it)."""
         self._changes = False
         self._digests: bool | None = None
 
@@ -119,6 +121,7 @@ class Database:
             return
         self.conn.execute("BEGIN IMMEDIATE")
         self._depth = 1
+        self.transactions += 1
         self._changes = changes
         before = self.conn.total_changes
         try:

@@ -43,7 +43,7 @@ import os
 import secrets
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,10 @@ class SQLiteDocStore(BaseStore[str, Document]):
         self.db = db
         self.unreadable: set[str] = set()
         """Keys of rows read so far whose bytes do not decode (damage); read as absent."""
+        self._written: dict[str, tuple[str, dict[str, Any]]] = {}
+        """``doc`` nodes this store wrote in the write transaction :attr:`_written_in`: a
+        later batch of their spans is encoded against them without reading the text back."""
+        self._written_in = -1
 
     # Encoding ------------------------------------------------------------------------
 
@@ -214,28 +218,35 @@ class SQLiteDocStore(BaseStore[str, Document]):
     # BaseStore ------------------------------------------------------------------------
 
     def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
-        """Store documents: slices of a source as spans, the rest whole (last pair wins)."""
+        """Store documents: slices of a source as spans, the rest whole (last pair wins).
+
+        A source written earlier in the same transaction (the first batch of a
+        large source's nodes) is known without reading its text back.
+        """
         key_value_pairs = list(dict(key_value_pairs).items())
-        whole: dict[str, Document] = {}
-        batch: dict[str, tuple[str, dict[str, Any]]] = {}
-        for key, doc in key_value_pairs:
-            if is_node_key(key) and parse_node_key(key).level == DOC_LEVEL:
-                batch[key] = (doc.page_content, doc.metadata)
-        candidates = [k for k, _ in key_value_pairs if is_node_key(k) and k not in batch]
-        sources = self._sources(
-            {node_key(source_key_of(k), DOC_LEVEL, 0) for k in candidates}, batch
-        )
-        slices: list[tuple[str, int, int, str]] = []
-        for key, doc in key_value_pairs:
-            row = None
-            if is_node_key(key) and key not in batch:
-                source = sources.get(node_key(source_key_of(key), DOC_LEVEL, 0))
-                row = self._slice_row(key, doc, source)
-            if row is None:
-                whole[key] = doc
-            else:
-                slices.append((key, *row))
         with self.db.write() as conn:
+            if self._written_in != self.db.transactions:
+                self._written, self._written_in = {}, self.db.transactions
+            whole: dict[str, Document] = {}
+            batch: dict[str, tuple[str, dict[str, Any]]] = {}
+            for key, doc in key_value_pairs:
+                if is_node_key(key) and parse_node_key(key).level == DOC_LEVEL:
+                    batch[key] = (doc.page_content, doc.metadata)
+            candidates = [k for k, _ in key_value_pairs if is_node_key(k) and k not in batch]
+            sources = self._sources(
+                {node_key(source_key_of(k), DOC_LEVEL, 0) for k in candidates},
+                {**self._written, **batch},
+            )
+            slices: list[tuple[str, int, int, str]] = []
+            for key, doc in key_value_pairs:
+                row = None
+                if is_node_key(key) and key not in batch:
+                    source = sources.get(node_key(source_key_of(key), DOC_LEVEL, 0))
+                    row = self._slice_row(key, doc, source)
+                if row is None:
+                    whole[key] = doc
+                else:
+                    slices.append((key, *row))
             keys = [k for k, _ in key_value_pairs]
             self._delete(conn, keys)
             conn.executemany(
@@ -246,6 +257,7 @@ class SQLiteDocStore(BaseStore[str, Document]):
                 "INSERT INTO docs VALUES (?, ?, ?)",
                 [(k, _enc(d.page_content), _enc(_dumps(_whole_meta(d)))) for k, d in whole.items()],
             )
+            self._written.update(batch)
 
     def mget(self, keys: Sequence[str]) -> list[Document | None]:
         """Fetch documents (``None`` for a missing key, or a slice whose source is gone)."""
@@ -283,8 +295,9 @@ class SQLiteDocStore(BaseStore[str, Document]):
         with self.db.write() as conn:
             self._delete(conn, list(keys))
 
-    @staticmethod
-    def _delete(conn: sqlite3.Connection, keys: Sequence[str]) -> None:
+    def _delete(self, conn: sqlite3.Connection, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._written.pop(key, None)
         for part in chunks(keys):
             conn.execute(f"DELETE FROM nodes WHERE key IN ({_marks(len(part))})", part)  # noqa: S608
             conn.execute(f"DELETE FROM docs WHERE key IN ({_marks(len(part))})", part)  # noqa: S608
@@ -617,6 +630,13 @@ class SQLiteFaissIndex(FaissIndex):
         """Leaves the last build left out: their vector is absent or unusable."""
         self.built = 0
         """How many times this object built FAISS from the database (not from a file)."""
+        self.on_add: Callable[[int], object] | None = None
+        """Told how many leaves each add wrote (a command's progress)."""
+        self._room = 0
+
+    embeds_on_add = True
+    """Leaves come without vectors (:class:`~.child_index.ChildIndex`): :meth:`add_texts` reads
+    each batch's from the vector cache, so no call holds every leaf's vector."""
 
     @property
     def released(self) -> set[int]:
@@ -645,7 +665,69 @@ class SQLiteFaissIndex(FaissIndex):
             if len(matrix) == len(texts):
                 rows = [(text_hash(t), v.tobytes()) for t, v in zip(texts, matrix, strict=True)]
                 self.db.insert_vectors(rows)
-            return super().add_vectors(matrix, texts, metadatas, ids)
+            return self._add(matrix, texts, metadatas, ids)
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Add leaves under ``ids``; their vectors are read from the cache (embedded if missing).
+
+        The vectors come as one float32 matrix (:meth:`CachedEmbeddings.vectors_for`), never
+        as Python floats.
+        """
+        texts = list(texts)
+        if ids is None or len(ids) != len(texts):
+            msg = "SQLiteFaissIndex.add_texts needs one id per text (the child node keys)."
+            raise ValueError(msg)
+        if not texts:
+            return []
+        with self.db.write():
+            matrix, _ = self.cache.vectors_for(texts)
+            return self._add(matrix, texts, metadatas or [{} for _ in texts], ids)
+
+    def _add(
+        self,
+        matrix: np.ndarray,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]],
+        ids: Sequence[str],
+    ) -> list[str]:
+        added = super().add_vectors(matrix, texts, metadatas, ids)
+        if self._room:
+            self._grow(self._room - len(ids))
+            self._room = 0
+        if self.on_add is not None:
+            self.on_add(len(ids))
+        return added
+
+    def make_room(self, leaves: int) -> None:
+        """Make FAISS's storage room for ``leaves`` more vectors at once (added in batches next).
+
+        A flat index grows its storage (a ``std::vector``) by doubling it, with
+        a copy: at the last copy the old and the new storage are held together,
+        twice the index. Grown once to what the adds will need, it is never
+        copied. Done at the next add (the first add makes the index).
+        """
+        self._room = max(0, leaves)
+        if self._index is not None:
+            self._grow(self._room)
+            self._room = 0
+
+    def _grow(self, leaves: int) -> None:
+        if leaves <= 0 or self._index is None or self._staging is not None:
+            return
+        inner = faiss.downcast_index(self._index.index)
+        codes = getattr(inner, "codes", None)
+        if not isinstance(inner, faiss.IndexFlatCodes) or codes is None or not codes.is_owned:
+            return
+        size = codes.size()
+        codes.resize(size + leaves * inner.code_size)  # the capacity stays when it shrinks
+        codes.resize(size)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Remove leaves by key (``None``: all) from FAISS and from the database."""

@@ -679,6 +679,8 @@ class TestFirstHour:
             "s2b: splitting: 1/2 file(s) (50%), T elapsed",
             "s2b: splitting: 2/2 file(s) (100%), T elapsed",
             "s2b: embedding: 4/4 vector(s) (100%), T elapsed",
+            "s2b: writing: 4/4 chunk(s) (100%), T elapsed",  # the write is a phase of its own
+            "s2b: writing the FAISS file: 4/4 vector(s) (100%), T elapsed",
         ]
         assert TIMING.fullmatch(out.splitlines()[-1])
         assert ": 4 chunk(s), " in out.splitlines()[-1]
