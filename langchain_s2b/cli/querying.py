@@ -65,7 +65,7 @@ def cut_question(model: Embeddings, question: str) -> tuple[str, str | None]:
     )
     counted = "" if window.exact else ", counted approximately"
     note = (
-        f"the question is longer than {longer}: searched its first {len(searched):,} of "
+        f"the query is longer than {longer}: searched its first {len(searched):,} of "
         f"{len(question):,} characters ({window.tokens:,} tokens{counted})"
     )
     return searched, note
