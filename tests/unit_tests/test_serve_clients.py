@@ -418,6 +418,12 @@ def fifos(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     os.mkfifo(entered)
     os.mkfifo(release)
     yield entered, release
+    _let_go((entered, release))
+
+
+def _let_go(fifos: tuple[Path, Path]) -> None:
+    """Whoever waits on the FIFOs goes on (a test that failed must not leave a server stuck)."""
+    entered, release = fifos
     for path, flags in (  # a reader waiting for a writer, then a writer waiting for a reader
         (entered, os.O_WRONLY),
         (entered, os.O_RDONLY),
@@ -473,10 +479,14 @@ async def test_http_answers_other_calls_while_a_search_is_slow(
     store: Path, corpus: Path, fifos: tuple[Path, Path]
 ) -> None:
     argv = _slow_argv(store, fifos, "--http", ":0", "--token", "secret")
-    with serving_http(store, argv) as (url, proc), anyio.fail_after(TIMEOUT):
-        async with http_session(url, "secret") as session:
-            await _calls_while_a_search_is_slow(session, fifos, corpus)
-        assert proc.poll() is None
+    with serving_http(store, argv) as (url, proc):
+        try:
+            with anyio.fail_after(TIMEOUT):
+                async with http_session(url, "secret") as session:
+                    await _calls_while_a_search_is_slow(session, fifos, corpus)
+            assert proc.poll() is None
+        finally:
+            _let_go(fifos)  # before the server is stopped: it waits for the calls it holds
 
 
 # streamable HTTP ------------------------------------------------------------------------
