@@ -216,7 +216,7 @@ class Window:
                 break  # the last word goes on past `fails`
             ends.append(word.end())
         lo = sum(1 for end in ends if end <= fits) - 1  # the last word inside what fits
-        hi = len(ends)  # ends[lo] fits (a prefix of what fits); ends[hi] would not
+        hi = len(ends)  # ends[lo] fits (a prefix of what fits); hi stands for `fails`
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.count(text[: ends[mid]]) <= self.tokens:
