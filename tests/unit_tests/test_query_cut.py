@@ -1,8 +1,9 @@
 """A long query is cut to what the embedding model reads, before any work, for both searches.
 
 ``Window.prefix`` against a brute-force reference; the work it does on a long
-text; the real offline model's own window; and ``s2b query`` end to end with a
-recording embedding (the store's ``fake`` model, told a window of its own).
+text; the real offline model's own window; and ``s2b query`` and ``s2b serve``'s
+search end to end with a recording embedding (the store's ``fake`` model, told
+a window of its own).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli import commands as cli
+from langchain_s2b.cli import serve
 from langchain_s2b.cli.commands import main
+from langchain_s2b.cli.live import LiveStore
 from langchain_s2b.cli.querying import cut_question
 from langchain_s2b.core.budget import estimate_tokens
 from langchain_s2b.embeddings import (
@@ -254,3 +257,20 @@ def test_a_model_without_a_known_window_gets_the_default(
     )
     long, _ = _query(capsys, store, question)
     assert (long["query"], long["query_cut"]) == (searched, True)
+
+
+def test_serve_searches_the_cut_and_the_model_reads_at_most_its_window(
+    store: Path, recording: Recording
+) -> None:
+    head = "leader Rollo swore fealty to King Charles of the Normans"  # 10 words: 12 tokens
+    question = f"{head} {'steam engine condenser Watt fluid ' * 400}"
+    options = {"mode": "window", "k": 2}
+    live = LiveStore(store)
+    try:
+        searched, note, docs = serve.ask(live, question, options)
+        assert (searched, docs) == (head, live.search(head, options))
+    finally:
+        live.close()
+    assert note is not None
+    assert note.startswith("the query is longer than the embedding model reads: searched its first")
+    assert recording.queries == [head]  # once: the second search found its vector kept
