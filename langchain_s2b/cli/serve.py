@@ -26,9 +26,9 @@ runs in a worker thread: a slow search holds up no other call. Bad input (an
 argument the tool does not take, too), a missing store or one built with
 another embedding model is a tool error in one line; the server keeps
 running. The input schemas say the bounds (``minLength``, ``maximum``,
-``additionalProperties: false``). Over stdio, the protocol owns the process's standard output:
-anything else written there (a stray print, a library's C code) goes to
-standard error instead. Over HTTP the server binds to ``127.0.0.1`` unless told
+``additionalProperties: false``). Over stdio, the protocol owns the process's
+standard output: anything else written there (a stray print, a library's C
+code) goes to standard error instead. Over HTTP the server binds to ``127.0.0.1`` unless told
 otherwise, and ``--token`` makes it refuse any request without that bearer token.
 
 The SDK is imported only here, inside the functions that need it, so other
@@ -361,8 +361,7 @@ def build_server(
                 return AccessToken(token=token, client_id="s2b", scopes=[])
             return None
 
-    takes: dict[str, list[str]] = {}
-    """Each tool's arguments, by its name."""
+    takes: dict[str, list[str]] = {}  # each tool's arguments, by its name
 
     class Server(FastMCP[Any]):
         """FastMCP: one-line tool errors, no unknown argument, a search that says what it holds."""
