@@ -444,12 +444,22 @@ def build_server(
 
     async def read(
         source: Annotated[str, Field(description="a source id, as search names it")],
-        start: Annotated[int, Field(description="first character (0-based)")] = 0,
+        start: Annotated[
+            int, Field(description="first character (0-based)", json_schema_extra={"minimum": 0})
+        ] = 0,
         end: Annotated[
-            int | None, Field(description="end, exclusive (default: the end of the source)")
+            int | None,
+            Field(
+                description="end, exclusive (default: the end of the source)",
+                json_schema_extra={"minimum": 0},
+            ),
         ] = None,
         max_tokens: Annotated[
-            int, Field(description=f"at most this many tokens (default {READ_TOKENS})")
+            int,
+            Field(
+                description=f"at most this many tokens (default {READ_TOKENS})",
+                json_schema_extra={"minimum": 1},
+            ),
         ] = READ_TOKENS,
     ) -> Annotated[CallToolResult, ReadResult]:
         doc = await anyio.to_thread.run_sync(live.read, source)
