@@ -22,7 +22,7 @@ from langchain_s2b.cli.folder import counts_line
 from langchain_s2b.cli.index_dir import Store, open_or_create, open_store, writer_lock
 from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, resolved
 from langchain_s2b.cli.options import EMBEDDING_ENV, TOKEN_ENV
-from langchain_s2b.cli.querying import TOKEN_COUNTERS, damaged, query_options
+from langchain_s2b.cli.querying import TOKEN_COUNTERS, cut_question, damaged, query_options
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, manifest_key
 
@@ -177,10 +177,14 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         token_counter=args.token_counter,
     )
     with _reading(open_store(Path(args.store), wanted_embedding(args))) as store:
-        docs = store.retriever.invoke(args.question, **options)
+        question, cut = cut_question(store.cache.model, args.question)
+        if cut is not None:
+            print(one_line(f"s2b: note: {cut}"), file=sys.stderr)
+        docs = store.retriever.invoke(question, **options)
     if args.json:
         payload = {
-            "query": args.question,
+            "query": question,
+            "query_cut": cut is not None,
             **options,
             "token_counter": args.token_counter,
             "results": [display.result_json(d, i) for i, d in enumerate(docs, 1)],

@@ -15,14 +15,18 @@ each writer's commit whole or not at all) and first reads the store's
   index there, another embedding model).
 
 So the next call after a commit answers from the new state, and calls between
-commits cost one ``PRAGMA`` and one ``stat``. Calls are serialised by a lock:
-the store has one SQLite connection.
+commits cost one ``PRAGMA`` and one ``stat``. The store has one SQLite
+connection, so its snapshots are taken one call at a time, under a lock; the
+slow part of a search, the embedding model, runs before it, outside the lock
+(the query's vector is kept for the snapshot's search), so a slow query holds
+up no other call.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.cli.index_dir import DB_FILE, Store, open_store
@@ -97,8 +102,22 @@ class LiveStore:
 
     # Calls --------------------------------------------------------------------------
 
+    def embedding(self) -> Embeddings:
+        """The store's embedding model (what a query is cut to: ``querying.cut_question``)."""
+        with self._lock:
+            model = self._open().cache.model
+        return model.model if isinstance(model, RecentQueries) else model
+
     def search(self, query: str, options: Mapping[str, Any]) -> list[Document]:
-        """The retriever's results for ``query`` with ``options`` (``retriever.invoke``)."""
+        """The retriever's results for ``query`` with ``options`` (``retriever.invoke``).
+
+        The query's vector is made first, outside the lock, so that other
+        calls go on while the model works; the search in the snapshot then
+        finds it made.
+        """
+        with self._lock:
+            model = self._open().cache.model
+        model.embed_query(query)
         with self._snapshot() as store:
             return store.retriever.invoke(query, **options)
 
@@ -119,16 +138,16 @@ class LiveStore:
     def holdings(self) -> Holdings:
         """Counts of the indexed files, documents and chunks, and their common folder."""
         with self._snapshot() as store:
-            rows = store.files()
+            paths = list(store.files())
+            counts = store.counts()  # what s2b list counts: a shared JSONL row once
             spec = store.spec
         folder = None
-        if rows:
-            paths = list(rows)
+        if paths:
             folder = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0])
         return Holdings(
-            files=len(rows),
-            documents=sum(len(r.sources) for r in rows.values()),
-            chunks=sum(r.chunks for r in rows.values()),
+            files=counts["files"],
+            documents=counts["documents"],
+            chunks=counts["chunks"],
             folder=folder,
             embedding=spec,
         )
@@ -160,6 +179,7 @@ class LiveStore:
             return self._store
         self._drop()
         store = open_store(self.directory, self.wanted)
+        store.cache.model = RecentQueries(store.cache.model)
         self._store, self._identity, self._stamp = store, identity, None
         return store
 
@@ -175,3 +195,35 @@ class LiveStore:
         if self._store is not None:
             self._store.close()
         self._store, self._identity, self._stamp = None, None, None
+
+
+class RecentQueries(Embeddings):
+    """A model that keeps the vectors of its last ``size`` queries (passages go through).
+
+    :meth:`LiveStore.search` embeds a query before it takes the lock; the
+    search under the lock then finds the vector here. Safe across threads.
+    """
+
+    def __init__(self, model: Embeddings, size: int = 32) -> None:
+        self.model = model
+        self.size = size
+        self._recent: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """The model's passage vectors."""
+        return self.model.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        """The query's vector: kept from a recent call, else made by the model (and kept)."""
+        with self._lock:
+            known = self._recent.get(text)
+            if known is not None:
+                self._recent.move_to_end(text)
+                return list(known)
+        vector = list(self.model.embed_query(text))
+        with self._lock:
+            self._recent[text] = vector
+            while len(self._recent) > self.size:
+                self._recent.popitem(last=False)
+        return list(vector)

@@ -1,9 +1,12 @@
-"""What ``s2b query`` and ``s2b serve`` share: the retrieval options, their defaults, damage.
+"""What ``s2b query`` and ``s2b serve`` share: the question, the options, their bounds, damage.
 
 Both commands ask the store's retriever with the same options, built here from
 the same defaults (the Python API's, read from
-:class:`~langchain_s2b.retriever.SmallToBigRetriever`'s fields), and both turn a
-missing node into the same one-line message naming ``s2b verify --repair``.
+:class:`~langchain_s2b.retriever.SmallToBigRetriever`'s fields) and within the
+same bounds (``k`` at most :data:`MAX_K`); both cut a question to what the
+store's embedding model reads before anything else is done with it
+(:func:`cut_question`), and both turn a missing node into the same one-line
+message naming ``s2b verify --repair``.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from langchain_core.embeddings import Embeddings
+
 from langchain_s2b.cli.errors import UserError, damaged_store
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.params import DEFAULT_K as DEFAULT_K
+from langchain_s2b.embeddings import query_window
 from langchain_s2b.evaluation.scoring import whitespace_tokens
 from langchain_s2b.retriever import SmallToBigRetriever
 
@@ -29,6 +35,40 @@ DEFAULT_MODE = str(_FIELDS["mode"].default)
 DEFAULT_COUNTER = next(
     name for name, count in TOKEN_COUNTERS.items() if count is _FIELDS["token_counter"].default
 )
+MAX_K = 100
+"""The most results one query may ask for (``s2b query -k``, ``search``'s ``k``): 100
+sections are already about 120,000 tokens; a larger ``k`` only costs time and memory."""
+
+
+def cut_question(model: Embeddings, question: str) -> tuple[str, str | None]:
+    """What is searched of ``question``: the part ``model`` reads, and a note when it was cut.
+
+    The longest prefix, ending at the end of a word, that fits the model's
+    query window (:func:`~langchain_s2b.embeddings.query_window`: 512 word
+    pieces for ``local:e5``; 8,192 tokens, counted approximately, for a model
+    that does not say its window). The lexical search sees the same text.
+    """
+    window = query_window(model)
+    searched = window.prefix(question)
+    if len(searched) == len(question):
+        return question, None
+    if not searched.strip():
+        msg = (
+            f"the embedding model reads no word of the question: its window is "
+            f"{window.tokens} token(s)"
+        )
+        raise UserError(msg)
+    longer = (
+        "the embedding model reads"
+        if window.known
+        else "s2b searches with a model whose input window it does not know"
+    )
+    counted = "" if window.exact else ", counted approximately"
+    note = (
+        f"the query is longer than {longer}: searched its first {len(searched):,} of "
+        f"{len(question):,} characters ({window.tokens:,} tokens{counted})"
+    )
+    return searched, note
 
 
 def query_options(
@@ -45,8 +85,12 @@ def query_options(
 
     ``mode`` and ``k`` are always given (their defaults are the Python API's:
     ``k=None`` is :data:`DEFAULT_K` results, or under ``max_tokens`` as many as
-    fit); the retriever checks every value and names what is allowed.
+    fit); ``k`` is refused outside ``1..MAX_K`` here, and the retriever checks
+    every value and names what is allowed.
     """
+    if isinstance(k, int) and not isinstance(k, bool) and not 1 <= k <= MAX_K:
+        msg = f"k must be from 1 to {MAX_K}; got {k}"
+        raise UserError(msg)
     options: dict[str, Any] = {"mode": DEFAULT_MODE if mode is None else mode, "k": k}
     given = {
         "window_size": window_size,

@@ -12,18 +12,23 @@ Two tools, built with the official ``mcp`` SDK (the ``mcp`` extra):
   it (rank, score, title, source id, page and span, the matched sentences in
   ``**bold**``, no escape sequences); the structured content is a
   :class:`SearchResult` (source, start, end, score and matches per context)
-  for the client to cite and highlight.
+  for the client to cite and highlight. As ``s2b query``, it refuses an empty
+  query and a ``k`` outside ``1..MAX_K``, and searches the part of a long
+  query that the embedding model reads (``querying.cut_question``).
 - ``read(source, start?, end?, max_tokens?)``: the text of an indexed source
   between two offsets, capped by ``max_tokens``, to read around a citation.
   Only sources of this index can be read, and only as they were indexed.
 
 The tool description says what the index holds (files, documents, chunks), as
-of the client's last ``tools/list``. Each call sees the store's last commit
-(:class:`~langchain_s2b.cli.live.LiveStore`). Bad input, a missing store or
-one built with another embedding model is a tool error in one line; the server
-keeps running. Over stdio, the protocol owns the process's standard output:
-anything else written there (a stray print, a library's C code) goes to
-standard error instead. Over HTTP the server binds to ``127.0.0.1`` unless told
+of the client's last ``tools/list``, counted as ``s2b list`` counts. Each call
+sees the store's last commit (:class:`~langchain_s2b.cli.live.LiveStore`), and
+runs in a worker thread: a slow search holds up no other call. Bad input (an
+argument the tool does not take, too), a missing store or one built with
+another embedding model is a tool error in one line; the server keeps
+running. The input schemas say the bounds (``minLength``, ``maximum``,
+``additionalProperties: false``). Over stdio, the protocol owns the process's
+standard output: anything else written there (a stray print, a library's C
+code) goes to standard error instead. Over HTTP the server binds to ``127.0.0.1`` unless told
 otherwise, and ``--token`` makes it refuse any request without that bearer token.
 
 The SDK is imported only here, inside the functions that need it, so other
@@ -33,12 +38,13 @@ imported inside :func:`build_server`.
 """
 
 import hmac
+import inspect
 import io
 import os
 import socket
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
@@ -50,7 +56,7 @@ from langchain_s2b.cli import display
 from langchain_s2b.cli.errors import UserError, one_line, safe
 from langchain_s2b.cli.live import Holdings, LiveStore
 from langchain_s2b.cli.options import TOKEN_ENV as TOKEN_ENV
-from langchain_s2b.cli.querying import DEFAULT_K, DEFAULT_MODE, query_options
+from langchain_s2b.cli.querying import DEFAULT_K, DEFAULT_MODE, MAX_K, cut_question, query_options
 from langchain_s2b.core.budget import approximate_tokens, fitting_prefix
 from langchain_s2b.core.filters import check_dict_filter
 from langchain_s2b.core.params import MODES, Mode
@@ -121,7 +127,10 @@ class Context(BaseModel):
 class SearchResult(BaseModel):
     """The ``search`` tool's structured content."""
 
-    query: str
+    query: str = Field(description="the query as searched: cut to what the model reads")
+    query_cut: bool = Field(
+        default=False, description="the query was longer than the model reads, and was cut"
+    )
     mode: str
     k: int
     max_tokens: int | None = None
@@ -146,10 +155,13 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def search_result(query: str, options: dict[str, Any], docs: Sequence[Document]) -> SearchResult:
-    """The structured content of one search."""
+def search_result(
+    query: str, options: dict[str, Any], docs: Sequence[Document], *, cut: bool = False
+) -> SearchResult:
+    """The structured content of one search (``query`` as searched; ``cut``: it was cut)."""
     return SearchResult(
         query=query,
+        query_cut=cut,
         mode=options["mode"],
         k=options["k"],
         max_tokens=options.get("max_tokens"),
@@ -157,11 +169,43 @@ def search_result(query: str, options: dict[str, Any], docs: Sequence[Document])
     )
 
 
-def search_text(docs: Sequence[Document]) -> str:
-    """The text for the model: every context as ``s2b query`` prints it, whole, with its id."""
-    if not docs:
-        return "no results"
-    return "\n".join(display.plain(doc, rank, 0, cite=True) for rank, doc in enumerate(docs, 1))
+def search_text(docs: Sequence[Document], note: str | None = None) -> str:
+    """The text for the model: every context as ``s2b query`` prints it, whole, with its id.
+
+    ``note``: a first line saying how the query was cut, when it was.
+    """
+    first = [f"note: {one_line(note)}"] if note else []
+    contexts = [display.plain(doc, rank, 0, cite=True) for rank, doc in enumerate(docs, 1)]
+    return "\n".join(first + (contexts or ["no results"]))
+
+
+def check_query(query: str) -> None:
+    """Refuse a query without a word (as ``s2b query`` does)."""
+    if not query.strip():
+        msg = f"query is empty (got {query!r}); give a question or keywords, e.g. 'who was Rollo?'"
+        raise UserError(msg)
+
+
+def check_arguments(tool: str, arguments: Mapping[str, Any], takes: Collection[str]) -> None:
+    """Refuse an argument that the tool does not take (the SDK would ignore it)."""
+    unknown = sorted(set(arguments) - set(takes))
+    if unknown:
+        msg = (
+            f"unknown argument(s) {', '.join(map(repr, unknown))}; {tool} takes {', '.join(takes)}"
+        )
+        raise UserError(msg)
+
+
+def ask(
+    live: LiveStore, query: str, options: Mapping[str, Any]
+) -> tuple[str, str | None, list[Document]]:
+    """One search, in a worker thread: the query cut to what the model reads, then searched.
+
+    Returns the query as searched, the note saying how it was cut (if it was)
+    and the contexts.
+    """
+    searched, note = cut_question(live.embedding(), query)
+    return searched, note, live.search(searched, options)
 
 
 def read_span(
@@ -216,10 +260,13 @@ SEARCH_HOW = (
     "call read with the source and a span to see the text around it. "
     f"mode: parent (default: the section around the best sentences), window (the "
     "sentences around each match) or multilevel (the smallest part of the document "
-    f"that covers the evidence). k: how many contexts (default {DEFAULT_K}). max_tokens: a "
-    "ceiling on all contexts together. filter: on the documents' metadata (source: the "
-    'file path; title; page for PDFs), e.g. {"source": "/docs/a.md"} or '
-    '{"page": {"$lte": 3}}; operators $eq $ne $gt $gte $lt $lte $in $nin $and $or $not.'
+    f"that covers the evidence). k: how many contexts (default {DEFAULT_K}, at most "
+    f"{MAX_K}). max_tokens: a ceiling on all contexts together. filter: on the "
+    "documents' metadata (source: the file path; title; page for PDFs), e.g. "
+    '{"source": "/docs/a.md"} or {"page": {"$lte": 3}}; operators $eq $ne $gt $gte $lt '
+    "$lte $in $nin $and $or $not. A query longer than the embedding model reads is cut "
+    "to what it reads (512 word pieces, about 400 English words, for the offline model), "
+    "and the result says so."
 )
 READ_HOW = (
     "Read the text of an indexed source between two character offsets [start, end), as "
@@ -314,12 +361,18 @@ def build_server(
                 return AccessToken(token=token, client_id="s2b", scopes=[])
             return None
 
+    takes: dict[str, list[str]] = {}  # each tool's arguments, by its name
+
     class Server(FastMCP[Any]):
-        """FastMCP whose tool errors are one line, and whose search says what it holds."""
+        """FastMCP: one-line tool errors, no unknown argument, a search that says what it holds."""
 
         async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
             try:
+                if name in takes:
+                    check_arguments(name, arguments, takes[name])
                 return await super().call_tool(name, arguments)
+            except UserError as err:
+                raise ToolError(f"{name}: {error_line(err)}") from None
             except ToolError as err:
                 raise ToolError(f"{name}: {error_line(err.__cause__ or err)}") from None
 
@@ -327,6 +380,7 @@ def build_server(
             tools = await super().list_tools()
             description = await anyio.to_thread.run_sync(describe_now, live)
             for tool in tools:
+                tool.inputSchema["additionalProperties"] = False
                 if tool.name == "search":
                     tool.description = description
             return tools
@@ -352,13 +406,22 @@ def build_server(
     readonly = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 
     async def search(
-        query: Annotated[str, Field(description="A self-contained question or keywords.")],
+        query: Annotated[
+            str,
+            Field(
+                description="A self-contained question or keywords.",
+                json_schema_extra={"minLength": 1, "pattern": r"\S"},
+            ),
+        ],
         mode: Annotated[
             Mode | None, Field(description=f"{', '.join(MODES)} (default {DEFAULT_MODE})")
         ] = None,
         k: Annotated[
             int | None,
-            Field(description=f"contexts (default {DEFAULT_K})", json_schema_extra={"minimum": 1}),
+            Field(
+                description=f"contexts (default {DEFAULT_K}, at most {MAX_K})",
+                json_schema_extra={"minimum": 1, "maximum": MAX_K},
+            ),
         ] = None,
         max_tokens: Annotated[
             int | None,
@@ -368,24 +431,35 @@ def build_server(
             dict[str, Any] | None, Field(description='metadata filter, e.g. {"source": "/a.md"}')
         ] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
+        check_query(query)
         options = query_options(mode=mode, k=k, max_tokens=max_tokens, filter=filter)
         if filter is not None:
             check_dict_filter(filter)
-        docs = await anyio.to_thread.run_sync(live.search, query, options)
-        result = search_result(query, options, docs)
+        searched, note, docs = await anyio.to_thread.run_sync(ask, live, query, options)
+        result = search_result(searched, options, docs, cut=note is not None)
         return CallToolResult(
-            content=[TextContent(type="text", text=search_text(docs))],
+            content=[TextContent(type="text", text=search_text(docs, note))],
             structuredContent=result.model_dump(mode="json"),
         )
 
     async def read(
         source: Annotated[str, Field(description="a source id, as search names it")],
-        start: Annotated[int, Field(description="first character (0-based)")] = 0,
+        start: Annotated[
+            int, Field(description="first character (0-based)", json_schema_extra={"minimum": 0})
+        ] = 0,
         end: Annotated[
-            int | None, Field(description="end, exclusive (default: the end of the source)")
+            int | None,
+            Field(
+                description="end, exclusive (default: the end of the source)",
+                json_schema_extra={"minimum": 0},
+            ),
         ] = None,
         max_tokens: Annotated[
-            int, Field(description=f"at most this many tokens (default {READ_TOKENS})")
+            int,
+            Field(
+                description=f"at most this many tokens (default {READ_TOKENS})",
+                json_schema_extra={"minimum": 1},
+            ),
         ] = READ_TOKENS,
     ) -> Annotated[CallToolResult, ReadResult]:
         doc = await anyio.to_thread.run_sync(live.read, source)
@@ -395,8 +469,9 @@ def build_server(
             structuredContent=result.model_dump(mode="json"),
         )
 
-    server.add_tool(search, description=SEARCH_HOW, annotations=readonly, structured_output=True)
-    server.add_tool(read, description=READ_HOW, annotations=readonly, structured_output=True)
+    for tool, how in ((search, SEARCH_HOW), (read, READ_HOW)):
+        server.add_tool(tool, description=how, annotations=readonly, structured_output=True)
+        takes[tool.__name__] = list(inspect.signature(tool).parameters)
     return server
 
 

@@ -5,10 +5,12 @@ The real clients (stdio, HTTP, a LangChain agent) are in ``test_serve_clients.py
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from langchain_s2b.cli.errors import UserError
 from langchain_s2b.cli.live import Holdings, LiveStore, commit_stamp
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens, fitting_prefix
 from langchain_s2b.core.filters import check_dict_filter, matches_filter
+from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.evaluation.scoring import whitespace_tokens
 from langchain_s2b.store.sqlite import Database
 
@@ -32,6 +35,7 @@ NORMANS = (
 STEAM = "A steam engine uses steam as its working fluid. James Watt added a separate condenser.\n"
 WILLIAM = "Duke William of Normandy conquered England in 1066. He was crowned at Westminster.\n"
 OPTIONS = {"mode": "parent", "k": 1}
+TIMEOUT = 120
 
 
 @pytest.fixture(autouse=True)
@@ -165,6 +169,79 @@ class TestLiveStore:
                     live.read(outside)
         finally:
             live.close()
+
+    def test_a_jsonl_row_shared_by_two_files_counts_once_as_in_s2b_list(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        corpus = tmp_path / "rows"
+        corpus.mkdir()
+        shared = json.dumps({"id": "rollo", "text": "Rollo swore fealty to King Charles."})
+        (corpus / "a.jsonl").write_text(shared + "\n")
+        other = json.dumps({"id": "watt", "text": "James Watt added a condenser."})
+        (corpus / "b.jsonl").write_text(f"{shared}\n{other}\n")
+        store = tmp_path / "store"
+        _index(corpus, store, capsys)
+        assert main(["list", "--store", str(store), "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        live = LiveStore(store)
+        try:
+            held = live.holdings()
+            description = serve.describe_now(live)
+        finally:
+            live.close()
+        # two files, two documents (rollo once, watt), one sentence each: two chunks
+        assert held == Holdings(
+            files=2, documents=2, chunks=2, folder=str(corpus), embedding="fake"
+        )
+        assert (listed["files"], listed["documents"], listed["chunks"]) == (2, 2, 2)
+        assert description.startswith(
+            f"Search 2 indexed file(s) under {corpus}: 2 document(s) in 2 chunk(s) (sentences). "
+        )
+
+    def test_a_slow_search_holds_up_no_other_call(
+        self, store: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The model works outside the store's lock: while it is slow, other calls answer."""
+        entered, release = threading.Event(), threading.Event()
+        plain = HashingEmbeddings.embed_query
+
+        def embed_query(self: HashingEmbeddings, text: str) -> list[float]:
+            if "slow" in text:
+                entered.set()
+                release.wait()
+            return plain(self, text)
+
+        monkeypatch.setattr(HashingEmbeddings, "embed_query", embed_query)
+        live = LiveStore(store)
+        slow: list[tuple[str, int, int, str]] = []
+        meanwhile: list[object] = []
+        answered = threading.Event()
+
+        def others() -> None:
+            meanwhile.append(live.holdings())
+            meanwhile.append(_top(live, "steam condenser Watt"))
+            meanwhile.append(live.read(str(corpus / "steam.txt")).page_content)
+            answered.set()
+
+        searcher = threading.Thread(target=lambda: slow.append(_top(live, "slow Rollo fealty")))
+        helper = threading.Thread(target=others)
+        try:
+            searcher.start()
+            assert entered.wait(TIMEOUT)
+            helper.start()
+            assert answered.wait(TIMEOUT)  # (a guard against a hang, not a time limit)
+            assert slow == []  # the slow search is still in its model
+            release.set()
+            searcher.join()
+        finally:
+            release.set()
+            live.close()
+        assert meanwhile == [
+            Holdings(files=2, documents=2, chunks=6, folder=str(corpus), embedding="fake"),
+            (str(corpus / "steam.txt"), 0, len(STEAM), STEAM),
+            STEAM,
+        ]
+        assert slow == [(str(corpus / "normans.md"), 0, len(NORMANS), NORMANS)]  # its one section
 
     def test_commit_stamp_changes_only_when_another_connection_commits(self, store: Path) -> None:
         db, other = Database(store / "s2b.sqlite"), Database(store / "s2b.sqlite")
@@ -301,6 +378,7 @@ def test_search_result_and_text_from_documents() -> None:
     result = serve.search_result("q", {"mode": "window", "k": 3}, [doc])
     assert result.model_dump() == {
         "query": "q",
+        "query_cut": False,
         "mode": "window",
         "k": 3,
         "max_tokens": None,
@@ -318,6 +396,7 @@ def test_search_result_and_text_from_documents() -> None:
         "**Rollo led.** Red.\n"
     )
     assert serve.search_text([]) == "no results"
+    assert serve.search_text([], "the query was\ncut") == "note: the query was cut\nno results"
 
 
 def test_description_says_what_the_index_holds() -> None:

@@ -1,20 +1,22 @@
 """``s2b serve`` through real clients: the MCP SDK's own over stdio and HTTP, and a LangChain agent.
 
 Every server here is a real ``python -m langchain_s2b serve`` process started by
-the test; the store is a real one written by ``s2b index`` (``--embedding
-fake``). The expected contexts are worked out from the indexed text by hand:
+the test (or ``_slow_serve.py``: the same, with a model that stops inside a
+query until the test lets it go); the store is a real one written by ``s2b
+index`` (``--embedding fake``). The expected contexts are worked out from the indexed text by hand:
 the query ``leader Rollo fealty`` is answered by the first section of
 ``normans.md``, characters 0-178, whose best match is the sentence at 52-102.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +84,22 @@ def _serve_argv(store: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "langchain_s2b", "serve", "--store", str(store), *extra]
 
 
+SLOW_SERVER = Path(__file__).with_name("_slow_serve.py")
+
+
+def _slow_argv(store: Path, fifos: tuple[Path, Path], *extra: str) -> list[str]:
+    """``s2b serve`` whose model stops inside a query with the word ``slow`` (``_slow_serve``)."""
+    entered, release = fifos
+    return [sys.executable, str(SLOW_SERVER), str(entered), str(release), "serve",
+            "--store", str(store), *extra]  # fmt: skip
+
+
 @asynccontextmanager
-async def stdio_session(store: Path, errlog: Path) -> AsyncIterator[ClientSession]:
+async def stdio_session(
+    store: Path, errlog: Path, argv: list[str] | None = None
+) -> AsyncIterator[ClientSession]:
     """A session with a server that the SDK's stdio client starts (its stderr kept in errlog)."""
-    argv = _serve_argv(store)
+    argv = argv or _serve_argv(store)
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=_env())
     with errlog.open("w") as err:
         async with (
@@ -99,8 +113,15 @@ async def stdio_session(store: Path, errlog: Path) -> AsyncIterator[ClientSessio
 @pytest.fixture
 def http_server(store: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``s2b serve --http :0 --token secret``: its URL (from its first stderr line) and process."""
+    with serving_http(store, _serve_argv(store, "--http", ":0", "--token", "secret")) as server:
+        yield server
+
+
+@contextmanager
+def serving_http(store: Path, argv: list[str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The server ``argv`` starts (``--http :0 --token secret``): its URL and process."""
     proc = subprocess.Popen(
-        _serve_argv(store, "--http", ":0", "--token", "secret"),
+        argv,
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -246,7 +267,7 @@ async def test_stdio_read_and_bad_input_are_one_line_errors_and_the_server_goes_
     allowed = "allowed: $eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $and, $or, $not."
     assert errors == [
         "search: mode: Input should be 'parent', 'window' or 'multilevel'; got 'bogus'",
-        "search: k must be at least 1; got -1.",
+        "search: k must be from 1 to 100; got -1",
         "search: $and takes a non-empty list of filters; got 5.",
         f"search: unknown filter operator '$regex' for field 'title'; {allowed}",
         "search: k: Input should be a valid integer, unable to parse string as an integer; "
@@ -314,6 +335,160 @@ async def test_stdio_sees_what_s2b_index_commits_while_it_runs(
     assert tools["search"].description.startswith(f"Search 3 indexed file(s) under {corpus}: ")
     assert read.structuredContent["text"] == WILLIAM
     assert errlog.read_text() == ""
+
+
+async def test_stdio_refuses_an_empty_query_a_k_out_of_bounds_and_unknown_arguments(
+    store: Path, corpus: Path, tmp_path: Path
+) -> None:
+    normans = str(corpus / "normans.md")
+    errlog = tmp_path / "server.err"
+    bad = [
+        ("search", {"query": ""}),
+        ("search", {"query": " \n\t"}),
+        ("search", {"query": QUERY, "k": 10**18}),
+        ("search", {"query": QUERY, "k": 101}),
+        ("search", {"query": QUERY, "k": 0}),
+        ("search", {"query": QUERY, "limit": 3}),
+        ("search", {"query": QUERY, "k": 2, "top_k": 5, "Query": QUERY}),
+        ("read", {"source": normans, "length": 5}),
+    ]
+    with anyio.fail_after(TIMEOUT):
+        async with stdio_session(store, errlog) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            results = [await session.call_tool(name, args) for name, args in bad]
+            most = await session.call_tool("search", {"query": QUERY, "k": 100})
+    takes = "search takes query, mode, k, max_tokens, filter"
+    keywords = "give a question or keywords, e.g. 'who was Rollo?'"
+    assert [(r.isError, _text(r)) for r in results] == [
+        (True, f"search: query is empty (got ''); {keywords}"),
+        (True, f"search: query is empty (got ' \\n\\t'); {keywords}"),
+        (True, "search: k must be from 1 to 100; got 1000000000000000000"),
+        (True, "search: k must be from 1 to 100; got 101"),
+        (True, "search: k must be from 1 to 100; got 0"),
+        (True, f"search: unknown argument(s) 'limit'; {takes}"),
+        (True, f"search: unknown argument(s) 'Query', 'top_k'; {takes}"),
+        (True, "read: unknown argument(s) 'length'; read takes source, start, end, max_tokens"),
+    ]  # fmt: skip
+    assert not most.isError  # k at the bound: every section there is (normans.md has two)
+    assert len(most.structuredContent["contexts"]) == 3
+    # the schemas say so, for clients that check before they call
+    search, read = tools["search"].inputSchema, tools["read"].inputSchema
+    assert (search["additionalProperties"], read["additionalProperties"]) == (False, False)
+    query = search["properties"]["query"]
+    assert (query["type"], query["minLength"], query["pattern"]) == ("string", 1, "\\S")
+    k = search["properties"]["k"]
+    assert (k["minimum"], k["maximum"]) == (1, 100)
+    bounds = {name: read["properties"][name]["minimum"] for name in ("start", "end", "max_tokens")}
+    assert bounds == {"start": 0, "end": 0, "max_tokens": 1}
+    assert "k: how many contexts (default 4, at most 100)" in tools["search"].description
+    assert errlog.read_text() == ""
+
+
+async def test_stdio_a_long_query_is_searched_as_the_part_the_model_reads(
+    store: Path, corpus: Path, tmp_path: Path
+) -> None:
+    """The fake model says no window: 8,192 tokens counted approximately, 32,768 characters."""
+    head = "leader Rollo fealty " * 1700  # 34,000 characters
+    question = head + "steam condenser Watt engine " * 3000  # then 84,000 about steam
+    cut = "leader Rollo fealty " * 1638 + "leader"  # 32,766; ' Rollo' would end at 32,772
+    errlog = tmp_path / "server.err"
+    with anyio.fail_after(TIMEOUT):
+        async with stdio_session(store, errlog) as session:
+            long = await session.call_tool("search", {"query": question, "k": 2})
+            short = await session.call_tool("search", {"query": cut, "k": 2})
+    assert not long.isError
+    assert long.structuredContent == {**short.structuredContent, "query_cut": True}
+    assert (short.structuredContent["query"], short.structuredContent["query_cut"]) == (cut, False)
+    _check_rollo_context(long.structuredContent["contexts"][0], corpus / "normans.md")
+    note, _, contexts = _text(long).partition("\n")
+    assert note == (
+        "note: the query is longer than s2b searches with a model whose input window it does "
+        "not know: searched its first 32,766 of 118,000 characters (8,192 tokens, counted "
+        "approximately)"
+    )
+    assert contexts == _text(short)
+    assert errlog.read_text() == ""
+
+
+# While one search is slow -----------------------------------------------------------------
+
+
+@pytest.fixture
+def fifos(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """ENTERED and RELEASE of ``_slow_serve.py``; whatever still waits on them is let go after."""
+    entered, release = tmp_path / "entered", tmp_path / "release"
+    os.mkfifo(entered)
+    os.mkfifo(release)
+    yield entered, release
+    _let_go((entered, release))
+
+
+def _let_go(fifos: tuple[Path, Path]) -> None:
+    """Whoever waits on the FIFOs goes on (a test that failed must not leave a server stuck)."""
+    entered, release = fifos
+    for path, flags in (  # a reader waiting for a writer, then a writer waiting for a reader
+        (entered, os.O_WRONLY),
+        (entered, os.O_RDONLY),
+        (release, os.O_WRONLY),
+    ):
+        with contextlib.suppress(OSError):  # ENXIO: nobody is waiting on that end
+            os.close(os.open(path, flags | os.O_NONBLOCK))
+
+
+async def _calls_while_a_search_is_slow(
+    session: ClientSession, fifos: tuple[Path, Path], corpus: Path
+) -> None:
+    """A search stops inside the model; list, another search and read are answered meanwhile."""
+    entered, release = fifos
+    slow: dict[str, Any] = {}
+
+    async def search_slowly() -> None:
+        slow["result"] = await session.call_tool("search", {"query": "slow steam Watt", "k": 1})
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(search_slowly)
+        assert await anyio.to_thread.run_sync(entered.read_text, abandon_on_cancel=True) == (
+            "in the model\n"
+        )
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        other = await session.call_tool("search", {"query": QUERY, "k": 1})
+        read = await session.call_tool("read", {"source": str(corpus / "steam.txt")})
+        assert slow == {}  # still inside the model: it can not finish before it is let go
+        await anyio.to_thread.run_sync(release.write_text, "go\n", abandon_on_cancel=True)
+    assert tools["search"].description.startswith(f"Search 2 indexed file(s) under {corpus}: ")
+    _check_rollo_context(other.structuredContent["contexts"][0], corpus / "normans.md")
+    assert read.structuredContent["text"] == STEAM
+    (context,) = slow["result"].structuredContent["contexts"]
+    assert (context["source"], context["start"], context["end"], context["text"]) == (
+        str(corpus / "steam.txt"),
+        0,
+        len(STEAM),
+        STEAM,
+    )
+
+
+async def test_stdio_answers_other_calls_while_a_search_is_slow(
+    store: Path, corpus: Path, tmp_path: Path, fifos: tuple[Path, Path]
+) -> None:
+    errlog = tmp_path / "server.err"
+    with anyio.fail_after(TIMEOUT):
+        async with stdio_session(store, errlog, _slow_argv(store, fifos)) as session:
+            await _calls_while_a_search_is_slow(session, fifos, corpus)
+    assert errlog.read_text() == ""
+
+
+async def test_http_answers_other_calls_while_a_search_is_slow(
+    store: Path, corpus: Path, fifos: tuple[Path, Path]
+) -> None:
+    argv = _slow_argv(store, fifos, "--http", ":0", "--token", "secret")
+    with serving_http(store, argv) as (url, proc):
+        try:
+            with anyio.fail_after(TIMEOUT):
+                async with http_session(url, "secret") as session:
+                    await _calls_while_a_search_is_slow(session, fifos, corpus)
+            assert proc.poll() is None
+        finally:
+            _let_go(fifos)  # before the server is stopped: it waits for the calls it holds
 
 
 # streamable HTTP ------------------------------------------------------------------------
