@@ -242,7 +242,7 @@ class Window:
         return fits, len(text)
 
 
-def query_window(embeddings: Embeddings) -> Window:
+def query_window(embeddings: Embeddings | None) -> Window:
     """What ``embeddings`` reads of a query.
 
     Its ``max_input_tokens`` counted by its ``count_query_tokens`` (else

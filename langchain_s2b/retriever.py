@@ -53,6 +53,7 @@ from langchain_s2b.core.requests import Op
 from langchain_s2b.core.retrieval import retrieve
 from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import Level, check_levels
+from langchain_s2b.embeddings import query_window
 from langchain_s2b.store import persist
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.codec import DocumentCodecStore
@@ -313,7 +314,7 @@ class SmallToBigRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        _check_query(query)
+        query = self._read(query)
         docs = self._io.drive(retrieve(query, self._params(kwargs), self.on_missing))
         callbacks.emit(run_manager, docs)
         return docs
@@ -321,10 +322,20 @@ class SmallToBigRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        _check_query(query)
+        query = self._read(query)
         docs = await self._io.adrive(retrieve(query, self._params(kwargs), self.on_missing))
         await callbacks.aemit(run_manager, docs)
         return docs
+
+    def _read(self, query: Any) -> str:
+        """The query as the model reads it: cut to its input window before any work.
+
+        The longest prefix, ending at a word, that the embedding model reads
+        (:func:`~langchain_s2b.embeddings.query_window`); the lexical search
+        sees the same text.
+        """
+        _check_query(query)
+        return str(query_window(self._io.index.embeddings).prefix(query))
 
     def _params(self, overrides: dict[str, Any]) -> QueryParams:
         defaults = self.defaults()
@@ -490,9 +501,8 @@ class SmallToBigRetriever(BaseRetriever):
 
     def _retrievals(self, inputs: list[str], kwargs: dict[str, Any]) -> list[Op[list[Document]]]:
         params = self._params(kwargs)
-        for query in inputs:
-            _check_query(query)
-        return [retrieve(query, params, self.on_missing) for query in inputs]
+        queries = [self._read(query) for query in inputs]
+        return [retrieve(query, params, self.on_missing) for query in queries]
 
 
 _REWIRED = frozenset(
