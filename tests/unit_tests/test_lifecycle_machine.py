@@ -508,10 +508,26 @@ class LifecycleMachine(RuleBasedStateMachine):
                     assert {d.metadata["source_id"] for d in budgeted} == {sid}
                     assert MARKERS[i] in budgeted[0].page_content
                 query = " ".join(VOCAB[:3])
+                plain = r.invoke(query, k=2)
+                assert r.invoke(query, k=2, max_tokens=10**6) == plain  # a ceiling not reached
                 for budget in (8, 40):
-                    told = r.invoke(query, max_tokens=budget)
+                    told = r.invoke(query, max_tokens=budget)  # k=None: as many as fit
                     assert sum(d.metadata["tokens"] for d in told) <= budget
-                    found += told
+                    capped = r.invoke(query, k=2, max_tokens=budget)
+                    assert len(capped) <= 2
+                    for doc in capped:  # the mode's own results, whole or cut from one
+                        if doc.metadata.get("escalation") == "cut":
+                            whole = doc.metadata["cut_from"]
+                            assert any(
+                                (p.metadata["start"], p.metadata["end"], p.metadata["level"])
+                                == (whole["start"], whole["end"], whole["level"])
+                                for p in plain
+                            )
+                            assert whole["start"] <= doc.metadata["start"]
+                            assert doc.metadata["end"] <= whole["end"]
+                        else:
+                            assert doc in plain
+                    found += told + capped
                 for doc in found + budgeted + r.invoke(query, k=4):
                     got = doc.metadata["source_id"]
                     assert got in self.model
