@@ -1,4 +1,4 @@
-"""The budget allocator: hand-worked cases and properties against brute force.
+"""Pack mode's allocator (by value): hand-worked cases and properties against brute force.
 
 The brute-force tests compute every value themselves (``weight / 2 ** distance``
 summed over the seeds that reach a leaf), never through ``leaf_values``.
@@ -72,15 +72,6 @@ class TestValues:
         seeds = ranked(("a", 0, 0, 0), ("a", 0, 0, 0))
         assert leaf_values(seeds, make_leaves({"a": [1, 1]})) == {("a", 0): 1.0}
 
-    def test_a_parent_span_bounds_a_seed(self) -> None:
-        # leaves of 2 chars: leaf 3 spans 6-8, leaf 4 spans 8-10; the parent ends at 8
-        seed = Seed("a", 2, 0, 9, 1.0, span=(2, 8))
-        assert leaf_values([seed], make_leaves({"a": [2] * 6})) == {
-            ("a", 1): 0.5,
-            ("a", 2): 1.0,
-            ("a", 3): 0.5,
-        }
-
     def test_seed_outside_its_reach_is_refused(self) -> None:
         with pytest.raises(ValueError, match=r"Seed reach \[2, 4\] must hold its own leaf 1"):
             Seed("a", 1, 2, 4, 1.0)
@@ -115,17 +106,24 @@ class TestAllocate:
         assert spans(runs) == [("a", 2, 3, (0,))]
         assert (runs[0].start, runs[0].end, runs[0].text, runs[0].tokens) == (8, 14, "ccccdd", 6)
 
-    def test_hits_are_placed_before_any_context(self) -> None:
-        # seed 0 at a/1, seed 1 at b/0; a/0 and a/2 are worth .5 (= the floor), as much as b/0
-        leaves = make_leaves({"a": [1, 1, 1], "b": [1]})
-        seeds = ranked(("a", 1, 0, 2), ("b", 0, 0, 0))
+    def test_the_best_hits_neighbours_come_before_a_weaker_hit(self) -> None:
+        # seeds a/1 (1), b/0 (1/2), c/0 (1/3): a/0 and a/2 are worth 1/2, as much as b/0, which
+        # is nearer a seed (itself) and comes first; c/0 (1/3) comes after both neighbours
+        leaves = make_leaves({"a": [1, 1, 1], "b": [1], "c": [1]})
+        seeds = ranked(("a", 1, 0, 2), ("b", 0, 0, 0), ("c", 0, 0, 0))
         assert spans(allocate(seeds, leaves, 2, len)) == [("a", 1, 1, (0,)), ("b", 0, 0, (1,))]
         assert spans(allocate(seeds, leaves, 3, len)) == [("a", 0, 1, (0,)), ("b", 0, 0, (1,))]
+        assert spans(allocate(seeds, leaves, 4, len)) == [("a", 0, 2, (0,)), ("b", 0, 0, (1,))]
+        assert spans(allocate(seeds, leaves, 5, len)) == [
+            ("a", 0, 2, (0,)),
+            ("b", 0, 0, (1,)),
+            ("c", 0, 0, (2,)),
+        ]
 
     def test_two_hits_pull_in_the_text_between_them(self) -> None:
         leaves = make_leaves({"a": [1] * 7})
         seeds = ranked(("a", 1, 0, 6), ("a", 3, 0, 6))
-        # seeds 1 and 3 first; floor 1/2; then 2 (1/2 + 1/4), then 0 (1/2 + 1/16)
+        # values: 1 is 1 + 1/8, 2 and 3 are 3/4 (3, a seed, first), 0 is 1/2 + 1/32; floor 1/2
         assert spans(allocate(seeds, leaves, 2, len)) == [("a", 1, 1, (0,)), ("a", 3, 3, (1,))]
         assert spans(allocate(seeds, leaves, 3, len)) == [("a", 1, 3, (0, 1))]
         assert spans(allocate(seeds, leaves, 4, len)) == [("a", 0, 3, (0, 1))]
@@ -201,11 +199,7 @@ def problems(draw: st.DrawFn, unit: bool) -> tuple[dict, list[Seed], int]:
         split = draw(st.integers(0, last))
         lo, hi = draw(st.integers(0, split)), draw(st.integers(split, last))
         weight = draw(st.sampled_from([1 / (rank + 1), 0.3, 1.0, 2.0]))
-        span = None
-        if draw(st.booleans()):  # a parent: the characters of leaves first..last
-            first, last_in = draw(st.integers(0, split)), draw(st.integers(split, last))
-            span = (sum(sizes[source][:first]), sum(sizes[source][: last_in + 1]))
-        seeds.append(Seed(source, split, lo, hi, weight, span))
+        seeds.append(Seed(source, split, lo, hi, weight))
     budget = draw(st.integers(0, 24))
     return make_leaves(sizes), seeds, budget
 
@@ -218,9 +212,6 @@ def values_of(seeds: Sequence[Seed], leaves: dict) -> dict[LeafId, float]:
     values: dict[LeafId, float] = {}
     for seed in firsts.values():
         for split in range(seed.lo, seed.hi + 1):
-            leaf = leaves[(seed.source, split)]
-            if seed.span and not seed.span[0] <= leaf.start < leaf.end <= seed.span[1]:
-                continue
             gain = seed.weight * 0.5 ** abs(split - seed.split)
             values[(seed.source, split)] = values.get((seed.source, split), 0.0) + gain
     return values
@@ -229,18 +220,6 @@ def values_of(seeds: Sequence[Seed], leaves: dict) -> dict[LeafId, float]:
 def floor_of(seeds: Sequence[Seed]) -> float:
     weights = [seed.weight for seed in seeds]
     return min(min(weights), max(weights) / 2)
-
-
-def placed_seeds(seeds: Sequence[Seed], leaves: dict, budget: int) -> tuple[list[LeafId], int]:
-    """The seeds, best first, each if its own cost fits what is left."""
-    placed: list[LeafId] = []
-    left = budget
-    for seed in seeds:
-        leaf = (seed.source, seed.split)
-        if leaf not in placed and len(leaves[leaf].text) <= left:
-            placed.append(leaf)
-            left -= len(leaves[leaf].text)
-    return placed, left
 
 
 def chosen_leaves(runs: Sequence[Run]) -> set[LeafId]:
@@ -263,7 +242,7 @@ def connected(subset: set[LeafId], anchors: set[LeafId]) -> bool:
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(problems(unit=False))
-def test_hits_first_then_only_context_above_the_floor(
+def test_only_text_worth_the_floor_grown_from_the_hits(
     problem: tuple[dict, list[Seed], int],
 ) -> None:
     leaves, seeds, budget = problem
@@ -271,24 +250,21 @@ def test_hits_first_then_only_context_above_the_floor(
     used = sum(r.tokens for r in runs)
     assert used <= budget
     chosen = chosen_leaves(runs)
-    placed, _ = placed_seeds(seeds, leaves, budget)
-    # every seed that fits, best first, is placed; no seed that was passed over comes back
     seed_leaves = {(s.source, s.split) for s in seeds}
-    assert chosen & seed_leaves == set(placed)
-    # context is worth at least the floor and always touches the hits it grew from
+    # every leaf is worth at least the floor, and every run holds a hit it grew from
     values, floor = values_of(seeds, leaves), floor_of(seeds)
-    assert all(values[leaf] >= floor for leaf in chosen - set(placed))
-    assert connected(chosen, set(placed))
+    assert all(values[leaf] >= floor for leaf in chosen)
+    assert connected(chosen, seed_leaves)
     for run in runs:
         assert run.text == "".join(
             leaves[(run.source, s)].text for s in range(run.first, run.last + 1)
         )
         assert run.tokens == len(run.text)
         assert run.seeds
-    # maximal: no leaf above the floor that touches a run still fits
+    # maximal: no leaf worth the floor that is a hit or touches a run still fits
     for leaf in set(values) - chosen:
         touches = (leaf[0], leaf[1] - 1) in chosen or (leaf[0], leaf[1] + 1) in chosen
-        if touches and leaf not in seed_leaves and values[leaf] >= floor:
+        if (touches or leaf in seed_leaves) and values[leaf] >= floor:
             assert len(leaves[leaf].text) > budget - used
 
 
@@ -297,21 +273,23 @@ def test_hits_first_then_only_context_above_the_floor(
 )
 @given(problems(unit=True))
 def test_equal_costs_reach_the_brute_force_optimum(problem: tuple[dict, list[Seed], int]) -> None:
-    """With every leaf costing the same, the context is the best any connected choice gives."""
+    """With every leaf costing the same, the choice is worth the most any choice is.
+
+    Any set of leaves worth the floor, at most the budget of them, every run of it
+    holding a hit: a leaf that is not a hit always has a neighbour worth at least as
+    much, so the most valuable leaves are connected to the hits, and by value first
+    the allocator takes them.
+    """
     leaves, seeds, budget = problem
     values, floor = values_of(seeds, leaves), floor_of(seeds)
-    placed, left = placed_seeds(seeds, leaves, budget)
     runs = allocate(seeds, leaves, budget, len)
-    context = chosen_leaves(runs) - set(placed)
-    got = sum(values[leaf] for leaf in context)
+    got = sum(values[leaf] for leaf in chosen_leaves(runs))
     seed_leaves = {(s.source, s.split) for s in seeds}
-    candidates = sorted(
-        leaf for leaf, value in values.items() if value >= floor and leaf not in seed_leaves
-    )
+    candidates = sorted(leaf for leaf, value in values.items() if value >= floor)
     best = 0.0
-    for size in range(min(left, len(candidates)) + 1):
+    for size in range(min(budget, len(candidates)) + 1):
         for subset in itertools.combinations(candidates, size):
-            if connected(set(subset) | set(placed), set(placed)):
+            if connected(set(subset), seed_leaves):
                 best = max(best, sum(values[leaf] for leaf in subset))
     assert got == pytest.approx(best, abs=1e-12)
 
