@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 # the e5 engine's idle OpenMP threads would spin on a busy machine (README: the offline model)
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install test unit notebooks integration_tests lint format bench demo clean
+.PHONY: help install test unit notebooks integration_tests lint format bench bench-models quality demo clean
 
 help:  ## this list
 	@grep -E '^[a-z_]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -42,6 +42,13 @@ format: install  ## ruff format + autofix
 
 bench: install  ## quick benchmarks (ratios vs a bare FAISS search, targets); FULL=1 for 1M; BASE=dir: another checkout
 	$(BIN)/python benchmarks/run.py $(if $(FULL),--full,) $(if $(BASE),--code $(BASE),)
+
+bench-models: install  ## the second quality model: all-MiniLM-L6-v2 on CPU PyTorch (not a test dependency)
+	$(BIN)/pip install -q "torch==2.13.0" --group bench
+
+quality: bench-models  ## answer quality on the dev set, told every budget, with e5 and with MiniLM
+	$(BIN)/python benchmarks/quality.py --model e5 --ladder
+	$(BIN)/python benchmarks/quality.py --model minilm --ladder
 
 demo: $(BIN)/python  ## index the bundled Wikipedia articles with the offline model; answer questions
 	$(BIN)/pip install -q -e ".[local,cli]"

@@ -12,7 +12,7 @@ Mode = Literal["parent", "window", "multilevel", "pack"]
 MODES: tuple[str, ...] = get_args(Mode)
 DEFAULT_K = 4
 """Results per query when ``k`` is ``None`` and no budget is named."""
-MARGIN = 4.0
+MARGIN = 4.5
 """Default evidence margin, in standard deviations of the query's own scores."""
 
 
