@@ -56,6 +56,8 @@ _BODY = "body"
 _META = "meta"
 _ANALYZER = "s2b_words"
 _LOCKS = (".tantivy-writer.lock", ".tantivy-meta.lock")
+_META_FILE = "meta.json"
+_MANAGED = ".managed.json"
 _WRITER_HEAP = 15_000_000
 """Bytes of indexing memory for the one writer thread (tantivy's minimum)."""
 WORDS = (
@@ -276,19 +278,18 @@ class LexicalIndex:
     def save(self, directory: str | Path) -> list[str]:
         """Write tantivy's files into ``directory`` (created, empty); returns their names.
 
-        An index on disk copies its files (committed, nothing merging); one in
-        memory is written again into a new index there.
+        An index on disk copies the files of its last commit (``meta.json`` and
+        the segments it names) and takes no writer, so saves of one index may
+        run at once; one in memory is written again into a new index there.
         """
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=False)
-        if self.directory is not None:
-            writer = self._index.writer(_WRITER_HEAP, 1)
-            writer.garbage_collect_files()
-            del writer
-            gc.collect()
-            for item in sorted(self.directory.iterdir()):
-                if item.is_file() and item.name not in _LOCKS:
-                    shutil.copyfile(item, target / item.name)
+        if self.directory is not None:  # no writer: saves of one index may overlap
+            names = _committed_files(self.directory)
+            for name in names:
+                shutil.copyfile(self.directory / name, target / name)
+            managed = json.dumps(sorted(names))  # tantivy's list of the files it may remove
+            (target / _MANAGED).write_text(managed + "\n", encoding="utf-8")
         else:
             index = _new_index(target, documents=self.documents)
             _add(index, self.entries(), replace=False, documents=self.documents)
@@ -386,6 +387,26 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True
     return True
+
+
+def _committed_files(directory: Path) -> list[str]:
+    """``meta.json`` and the files of the segments it names: what a reader of the commit opens.
+
+    A segment's files are ``<id>.<part>``; its deletes ``<id>.<opstamp>.del``
+    (only the file of the opstamp ``meta.json`` names is live).
+    """
+    meta = json.loads((directory / _META_FILE).read_text(encoding="utf-8"))
+    live: dict[str, str | None] = {}
+    for segment in meta["segments"]:
+        deletes = segment.get("deletes")
+        stem = str(segment["segment_id"]).replace("-", "")
+        live[stem] = None if deletes is None else f"{deletes['opstamp']}.del"
+    names = [_META_FILE]
+    for item in sorted(directory.iterdir()):
+        stem, _, part = item.name.partition(".")
+        if stem in live and item.is_file() and (not part.endswith(".del") or part == live[stem]):
+            names.append(item.name)
+    return names
 
 
 def _field_names(directory: Path) -> set[str]:
