@@ -66,6 +66,7 @@ from langchain_s2b.core.lifecycle import Config
 from langchain_s2b.core.splitters import build_splitter, describe_splitter
 from langchain_s2b.core.tree import Level
 from langchain_s2b.store.codec import DocumentCodecStore, decode_document, encode_document
+from langchain_s2b.store.columns import first_line
 from langchain_s2b.store.faiss_index import (
     LEGACY_RECORDS_FILE,
     SAVED_FILES,
@@ -432,8 +433,8 @@ def _read_config(snap: Path) -> dict[str, Any]:
     except FileNotFoundError:
         msg = f"{file} is missing; the save is incomplete or damaged."
         raise ValueError(msg) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        msg = f"{file} is not JSON ({err}); it is not a langchain_s2b save."
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        msg = f"{file} is not JSON ({first_line(err)}); it is not a langchain_s2b save."
         raise ValueError(msg) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         msg = f"{file} is not a langchain_s2b save (no format {FORMAT!r})."
@@ -674,14 +675,22 @@ def _fill(sink: BaseStore[str, Any], pairs: Iterator[tuple[str, Any]]) -> None:
 
 def read_nodes(file: Path) -> Iterator[tuple[str, bytes, Document]]:
     """``(key, raw JSON, document)`` per line; every document is decoded and checked."""
+    if not file.is_file():
+        msg = f"{file} is missing; the save is incomplete or damaged."
+        raise ValueError(msg)
     with file.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
             head, tab, raw = line.rstrip(b"\n").partition(b"\t")
             try:
                 key = json.loads(head)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 key = None
             if not tab or not isinstance(key, str):
                 msg = f"{file}, line {number}: expected a JSON string key, a tab and a document."
                 raise ValueError(msg)
-            yield key, raw, decode_document(raw, key)
+            try:
+                doc = decode_document(raw, key)
+            except RecursionError:
+                msg = f"{file}, line {number}: the document is nested too deep to be JSON we wrote."
+                raise ValueError(msg) from None
+            yield key, raw, doc
