@@ -37,6 +37,8 @@ import numpy as np
 ROW_FIELDS = ("split_id", "start", "end")
 """Per-node numbers (``split_idx_start`` is ``start`` again when it equals it)."""
 _SPLIT_START = "split_idx_start"
+_VARYING = (*ROW_FIELDS, _SPLIT_START)
+"""The names a shape may leave to each node's numbers."""
 _PARSED_CACHE = 4096
 """Parsed shapes kept (a template dict each); then the cache starts over."""
 
@@ -136,7 +138,9 @@ def _pairs(text: str, shape: int) -> list[list[Any]]:
     try:
         pairs = json.loads(text)
         ok = isinstance(pairs, list) and all(
-            isinstance(p, list) and len(p) in (1, 2) and isinstance(p[0], str) for p in pairs
+            isinstance(p, list)
+            and ((len(p) == 2 and isinstance(p[0], str)) or (len(p) == 1 and p[0] in _VARYING))
+            for p in pairs
         )
     except (TypeError, ValueError, RecursionError):  # nested too deep for the parser
         ok = False

@@ -268,7 +268,7 @@ def _load(
 ) -> Loaded:
     meta = _read_config(snap)
     _check_files(snap, meta["files"])
-    dim = meta["embedding"]["dim"]
+    dim = meta["embedding"].get("dim")
     if dim is not None:
         check_dimension(embedding, dim, meta["embedding"]["class"])
         _warn_if_other_model(embedding, meta["embedding"])
