@@ -456,8 +456,8 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
     emb, vec, doc = meta.get("embedding"), meta.get("vectorstore"), meta.get("docstore")
     files, levels = meta.get("files"), meta.get("levels")
     problems = []
-    if not isinstance(emb, dict) or not isinstance(emb.get("class"), str):
-        problems.append("embedding must be an object with a class name")
+    if not isinstance(emb, dict) or not isinstance(emb.get("class"), str) or "dim" not in emb:
+        problems.append("embedding must be an object with a class name and a dim")
     elif emb.get("dim") is not None and (
         isinstance(emb["dim"], bool) or not isinstance(emb["dim"], int) or emb["dim"] < 1
     ):

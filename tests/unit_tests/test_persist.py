@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -458,6 +459,9 @@ CRAFTED_28: dict[str, Callable[[Path, Path], Any]] = {
             {**json.loads((snap / "nodes.names.json").read_text()), "sources": ["doc-0"] * 6}
         )
     ),
+    "config without embedding.dim": lambda snap, m: edit_config(
+        snap, lambda c: c["embedding"].pop("dim")
+    ),
     "version 1 named, version 2 files": lambda snap, m: edit_config(
         snap, lambda c: c.update(format_version=1)
     ),
@@ -682,6 +686,64 @@ SLOW_SAVE = textwrap.dedent(
     r.save(path)
     """
 ).format(dim=DIM)
+
+
+def _edit_lines(snap: Path, name: str, change: Callable[[str], str]) -> None:
+    lines = (snap / name).read_text().splitlines()
+    (snap / name).write_text("".join(change(line) + "\n" for line in lines))
+
+
+class TestCraftedValues:
+    """Issue 28: crafted values of a save that loads reached core as KeyError or TypeError."""
+
+    def _load(self, tmp_path: Path, name: str, change: Callable[[str], str]) -> SmallToBigRetriever:
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        _edit_lines(snap, name, change)
+        reseal(snap)
+        return SmallToBigRetriever.load(tmp_path / "idx", emb())
+
+    @staticmethod
+    def _one_line(call: Callable[[], Any], match: str) -> None:
+        with pytest.raises(ValueError, match=match) as err:
+            call()
+        assert len(str(err.value).splitlines()) == 1
+
+    def test_a_stored_document_without_an_id(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path, "nodes.other.jsonl", lambda line: line.replace('"id": "doc-2/manifest", ', "")
+        )
+        (manifest,) = loaded.docstore.mget(["doc-2/manifest"])
+        assert manifest is not None
+        assert manifest.id is None
+        assert manifest.metadata["source_id"] == "doc-2"
+
+    def test_a_leaf_whose_ancestors_are_malformed(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path,
+            "records.shapes.jsonl",
+            lambda line: re.sub(r'\["ancestors",\[.*?\]\]\]', '["ancestors",[[1]]]', line),
+        )
+        self._one_line(lambda: loaded.invoke(QUERIES[0]), r"^Child .* has malformed metadata;")
+
+    def test_a_node_whose_start_is_null(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path,
+            "nodes.shapes.jsonl",
+            lambda line: line.replace('["start"]', '["start",null]'),
+        )
+        call = lambda: loaded.invoke(QUERIES[0], max_tokens=60)  # noqa: E731 -- reads the leaves
+        self._one_line(call, r"^Node .* has malformed offsets")
+
+    def test_a_manifest_whose_levels_are_not_names(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path,
+            "nodes.other.jsonl",
+            lambda line: line.replace('"levels": ["child", "parent", "doc"]', '"levels": [[1]]'),
+        )
+        report = loaded.verify()
+        assert not report.ok
+        assert report.bad_manifests == [f"doc-{i}/manifest" for i in range(6)]
 
 
 class TestAtomicSave:
