@@ -78,8 +78,7 @@ def state(r: SmallToBigRetriever) -> Any:
         for d in index.get_by_ids(sorted(index.keys()))
     ]
     vectors = [
-        [(d.id, round(s, 5)) for d, s in index.similarity_search_with_score(q, 20)]
-        for q in QUERIES
+        [(d.id, round(s, 5)) for d, s in index.similarity_search_with_score(q, 20)] for q in QUERIES
     ]
     lexical = index.built_lexical()
     bm25 = None if lexical is None else [lexical.search(q, 20) for q in QUERIES]
