@@ -287,7 +287,7 @@ def read_arrays(file: Path) -> dict[str, np.ndarray]:
                 for info in archive.infolist()
             }
     except (zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError, struct.error) as err:
-        msg = f"not a zip of arrays ({err})"
+        msg = f"not a zip of arrays ({first_line(err)})"
         raise ValueError(msg) from None
 
 

@@ -728,7 +728,7 @@ class FaissIndex(VectorStore):
         if not (path / HEADER_FILE).exists() and (path / LEGACY_RECORDS_FILE).exists():
             header, records = read_legacy_records(path / LEGACY_RECORDS_FILE)
             records.sort(key=lambda r: r[0])
-            ids = np.asarray([r[0] for r in records], dtype=np.int64)
+            renumbered = np.asarray([r[0] for r in records], dtype=np.int64)
             rows = Records()
             rows.add(
                 list(range(len(records))),
@@ -738,15 +738,15 @@ class FaissIndex(VectorStore):
             )
         else:
             header = read_header(path / HEADER_FILE)
-            rows, ids = Records.read(path, header["next"])
+            rows, renumbered = Records.read(path, header["next"])
             if len(rows) != header["count"]:
                 count = header["count"]
                 msg = f"{path / HEADER_FILE} counts {count} records but {len(rows)} are stored."
                 raise ValueError(msg)
         store = cls(embedding, header["factory"], **header["options"])
-        store._next_id = len(rows)  # the rows are numbered again from 0 (see read_faiss)
+        store._next_id = header["next"] if renumbered is None else len(rows)
         if header["dim"] is not None:
-            index = read_faiss(path / INDEX_FILE, header["dim"], ids)
+            index = read_faiss(path / INDEX_FILE, header["dim"], rows.live_rows(), renumbered)
             store._ensure_index(header["dim"])
             if header["staged"]:
                 store._staging = index
@@ -1038,11 +1038,13 @@ def _faiss_limits(size: int) -> Iterator[None]:
                 set_limit(value)  # type: ignore[misc]
 
 
-def read_faiss(file: Path, dim: int, ids: np.ndarray) -> Any:
-    """Read a FAISS file whose ids are exactly ``ids`` (ascending), numbered again ``0..n-1``.
+def read_faiss(file: Path, dim: int, rows: np.ndarray, renumbered: np.ndarray | None) -> Any:
+    """Read a FAISS file and check it matches the records' rows exactly.
 
-    The vector that had ``ids[i]`` gets id ``i``, as :meth:`Records.read` numbers the rows.
+    ``renumbered``: the ids the rows had in the file, when they were numbered
+    again (:meth:`Records.read`): the vector that had ``renumbered[i]`` gets id ``i``.
     """
+    ids = rows if renumbered is None else renumbered
     got_dim, ntotal = faiss_envelope(file)
     if got_dim != dim or ntotal != len(ids):
         msg = (
@@ -1058,6 +1060,7 @@ def read_faiss(file: Path, dim: int, ids: np.ndarray) -> Any:
             f"{len(ids)} records; the files do not belong together."
         )
         raise ValueError(msg)
-    faiss.copy_array_to_vector(np.searchsorted(ids, saved).astype(np.int64), index.id_map)
-    index.construct_rev_map()
+    if renumbered is not None:
+        faiss.copy_array_to_vector(np.searchsorted(ids, saved).astype(np.int64), index.id_map)
+        index.construct_rev_map()
     return index

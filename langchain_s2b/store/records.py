@@ -27,6 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from langchain_s2b.store.columns import (
+    SLOTS_PER_ENTRY,
+    SLOTS_SLACK,
     Column,
     Shapes,
     check_slots,
@@ -407,13 +409,15 @@ class Records:
         return list(FILES)
 
     @classmethod
-    def read(cls, directory: Path, limit: int) -> tuple[Records, np.ndarray]:
-        """Rows written by :meth:`write`, numbered again from 0 (``ValueError``: what is wrong).
+    def read(cls, directory: Path, limit: int) -> tuple[Records, np.ndarray | None]:
+        """Rows written by :meth:`write` and how they were renumbered (``ValueError``: damage).
 
         ``limit``: row ids in the file must be below it (the index's next id).
-        Returns the rows and the id each had in the file, ascending (row ``i``
-        had ``ids[i]``): the caller numbers its vectors the same way, so the
-        columns grow with the rows held, not with the largest id ever given.
+        The columns are indexed by row id: when the file's ids would need more
+        slots than :func:`check_slots` allows for its rows (ids left sparse by
+        many deletes, or a crafted one), the rows are numbered again from 0 and
+        the ids they had are returned, ascending (row ``i`` had ``ids[i]``), for
+        the caller to number its vectors the same way; else ``None``.
         """
         where = directory / ARRAYS_FILE
         try:
@@ -430,10 +434,10 @@ class Records:
         records = cls()
         try:  # a shape is checked when first decoded (a crafted one: a ValueError then)
             records.shapes = Shapes.from_texts(shape_lines)
-            ids = records._fill(cols, text, names, groups, limit)
+            renumbered = records._fill(cols, text, names, groups, limit)
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as err:
             raise _damaged(where, first_line(err)) from None
-        return records, ids
+        return records, renumbered
 
     def _fill(
         self,
@@ -442,7 +446,7 @@ class Records:
         names: list[Any],
         groups: Any,
         limit: int,
-    ) -> np.ndarray:
+    ) -> np.ndarray | None:
         ids = _column(cols, "rows", np.int64)
         n = len(ids)
         arrays = {name: _column(cols, name, np.int64, n) for name in ("shape", "split")}
@@ -475,11 +479,16 @@ class Records:
             raise ValueError(msg)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        order = np.argsort(ids, kind="stable")  # row i of the file becomes row rank[i]
-        rows = np.empty(n, dtype=np.int64)
-        rows[order] = np.arange(n, dtype=np.int64)
+        size = int(ids.max()) + 1 if n else 0
+        renumber = size > SLOTS_PER_ENTRY * n + SLOTS_SLACK  # (check_slots' bound)
+        rows = ids
+        if renumber:  # the file's row i becomes row rows[i], in the same order
+            order = np.argsort(ids, kind="stable")
+            rows = np.empty(n, dtype=np.int64)
+            rows[order] = np.arange(n, dtype=np.int64)
+            size = n
         for column in self._columns():
-            column.ensure(n)
+            column.ensure(size)
         self._shape.data[rows] = shapes
         self._split.data[rows] = arrays["split"]
         self._start.data[rows] = arrays["start"]
@@ -491,7 +500,7 @@ class Records:
         self._blocks = [text]
         self._count = n
         self._index_keys(rows, group, named, names, groups)
-        return ids[order]
+        return np.sort(ids) if renumber else None
 
     def _index_keys(
         self,
