@@ -728,7 +728,7 @@ class FaissIndex(VectorStore):
         if not (path / HEADER_FILE).exists() and (path / LEGACY_RECORDS_FILE).exists():
             header, records = read_legacy_records(path / LEGACY_RECORDS_FILE)
             records.sort(key=lambda r: r[0])
-            renumbered = np.asarray([r[0] for r in records], dtype=np.int64)
+            renumbered: np.ndarray | None = np.asarray([r[0] for r in records], dtype=np.int64)
             rows = Records()
             rows.add(
                 list(range(len(records))),
