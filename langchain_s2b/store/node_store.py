@@ -31,6 +31,7 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.stores import BaseStore
 
+from langchain_s2b.core.keys import is_manifest_key
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.store.codec import check_document, decode_document, encode_document
 from langchain_s2b.store.columns import (
@@ -329,20 +330,25 @@ class NodeStore(BaseStore[str, Document]):
         store.shapes = Shapes.from_texts(shapes)
         try:  # a shape is checked when first decoded (a crafted one: a ValueError then)
             store._fill(cols, raw, names)
-            for number, line in enumerate(other, start=1):
-                store._read_other(number, line)
+            named = sum(store._read_other(number, line) for number, line in enumerate(other, 1))
+            check_slots(named, len(store), "the node keys its manifests name")  # made at verify
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as err:
             raise _damaged(where, first_line(err)) from None
         return store
 
-    def _read_other(self, number: int, line: bytes) -> None:
+    def _read_other(self, number: int, line: bytes) -> int:
+        """Keep one line of :data:`OTHER_FILE`; how many node keys it names, if a manifest."""
         head, tab, raw = line.partition(b"\t")
         key = json.loads(head) if tab else None
         if not isinstance(key, str):
             msg = f"line {number} of {OTHER_FILE}: expected a JSON string key, a tab and a document"
             raise ValueError(msg)
-        check_document(raw, key)  # a Document is made when asked for
+        meta = check_document(raw, key)["metadata"]  # a Document is made when asked for
         self._other[key] = raw
+        counts = meta.get("counts") if is_manifest_key(key) else None
+        if not isinstance(counts, dict):
+            return 0
+        return sum(n for n in counts.values() if type(n) is int and n > 0)
 
     def _fill(self, cols: dict[str, np.ndarray], raw: bytes, names: Any) -> None:
         sources, levels = names["sources"], names["levels"]

@@ -459,6 +459,11 @@ CRAFTED_28: dict[str, Callable[[Path, Path], Any]] = {
             {**json.loads((snap / "nodes.names.json").read_text()), "sources": ["doc-0"] * 6}
         )
     ),
+    "a manifest names four trillion nodes": lambda snap, m: _edit_lines(
+        snap,
+        "nodes.other.jsonl",
+        lambda line: re.sub(r'"child": [0-9]+\}', '"child": 4000000000000}', line),
+    ),
     "config without embedding.dim": lambda snap, m: edit_config(
         snap, lambda c: c["embedding"].pop("dim")
     ),
