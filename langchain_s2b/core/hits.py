@@ -64,21 +64,28 @@ def hit_from_child(doc: Document, score: float) -> Hit:
 def hit_from_metadata(
     meta: Mapping[str, Any], text: str, score: float, name: str | None = None
 ) -> Hit:
-    """Build a hit from leaf metadata; raise if it lacks our fields."""
+    """Build a hit from leaf metadata; raise if it lacks our fields or they are malformed."""
     try:
         source_key, level, split_id = meta["source_key"], meta["level"], int(meta["split_id"])
         source_id, start, end = meta["source_id"], int(meta["start"]), int(meta["end"])
-    except KeyError:
+        ancestors = tuple(
+            (str(a[0]), int(a[1]), int(a[2]), int(a[3]) if len(a) > 3 else 0)
+            for a in meta.get("ancestors", ())
+        )
+        splits, parent = meta.get("source_splits"), meta.get("parent_id")
+        splits = None if splits is None else int(splits)
+        if not all(isinstance(v, str) for v in (source_key, level, source_id)) or not (
+            parent is None or isinstance(parent, str)
+        ):
+            raise TypeError
+    except (KeyError, TypeError, ValueError, IndexError):  # a crafted store's values, too
         missing = [field for field in LEAF_FIELDS if field not in meta]
+        problem = f"lacks the metadata {missing}" if missing else "has malformed metadata"
         msg = (
-            f"Child {name or text[:40]!r} from the vector store lacks the metadata "
-            f"{missing}; was the index built by SmallToBigRetriever.add_documents?"
+            f"Child {name or text[:40]!r} from the vector store {problem}; was the index built "
+            "by SmallToBigRetriever.add_documents?"
         )
         raise ValueError(msg) from None
-    ancestors = tuple(
-        (str(a[0]), int(a[1]), int(a[2]), int(a[3]) if len(a) > 3 else 0)
-        for a in meta.get("ancestors", ())
-    )
     return Hit(
         node_key(source_key, level, split_id),
         source_key,
@@ -89,9 +96,9 @@ def hit_from_metadata(
         end,
         float(score),
         text,
-        meta.get("parent_id"),
+        parent,
         ancestors,
-        meta.get("source_splits"),
+        splits,
     )
 
 

@@ -60,7 +60,12 @@ def merge_chunks(chunks: Sequence[Chunk], gap_fill: str = " ") -> Merged:
 def chunk_of(doc: Document, split_field: str = "split_id") -> Chunk:
     """A stored node as a :class:`Chunk`."""
     meta = doc.metadata  # no default computed unless needed: the budget reads ~400 a query
-    start = int(meta["start"] if "start" in meta else meta.get("split_idx_start", 0))
     text = doc.page_content
-    end = int(meta["end"] if "end" in meta else start + len(text))
-    return tuple.__new__(Chunk, (start, end, text, int(meta.get(split_field, 0))))
+    try:
+        start = int(meta["start"] if "start" in meta else meta.get("split_idx_start", 0))
+        end = int(meta["end"] if "end" in meta else start + len(text))
+        split = int(meta.get(split_field, 0))
+    except (TypeError, ValueError):  # a crafted store's values
+        msg = f"Node {doc.id!r} has malformed offsets (start, end, {split_field}) in its metadata."
+        raise ValueError(msg) from None
+    return tuple.__new__(Chunk, (start, end, text, split))

@@ -257,6 +257,7 @@ def _readable(key: str, manifest: Document) -> bool:
         and meta.get("source_key") == source_key_of(key)
         and isinstance(levels, list)
         and bool(levels)
+        and all(isinstance(level, str) for level in levels)
         and isinstance(counts, dict)
         and set(counts) == set(levels)
         and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())

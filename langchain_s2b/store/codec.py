@@ -38,7 +38,7 @@ def decode_document(data: bytes, key: str = "?") -> Document:
     """Parse bytes written by :func:`encode_document`; reject anything else."""
     payload = check_document(data, key)
     return Document(
-        page_content=payload["page_content"], metadata=payload["metadata"], id=payload["id"]
+        page_content=payload["page_content"], metadata=payload["metadata"], id=payload.get("id")
     )
 
 
@@ -46,7 +46,7 @@ def check_document(data: bytes, key: str = "?") -> dict[str, Any]:
     """The checked JSON of a document written by :func:`encode_document` (no ``Document`` made)."""
     try:
         payload = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         msg = f"Stored value for key {key!r} is not a JSON document ({err})."
         raise ValueError(msg) from None
     ok = (

@@ -13,13 +13,23 @@ non-string key, a value JSON can not write) is not encoded (``encode`` returns
 
 :class:`Column` is a growable numpy array; :func:`utf8_block` and
 :class:`TextBlocks` keep many strings as UTF-8 in a few ``bytes`` objects.
+
+Reading them back (the records' and the nodes' files): :func:`read_arrays`
+reads an ``np.savez`` file, each array checked to fit in the file before it is
+allocated, and :func:`check_slots` refuses columns indexed by an id (a split
+id) that a file claims far beyond the entries it holds: a crafted file can not
+make a load allocate what its bytes do not justify.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import operator
+import struct
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +37,8 @@ import numpy as np
 ROW_FIELDS = ("split_id", "start", "end")
 """Per-node numbers (``split_idx_start`` is ``start`` again when it equals it)."""
 _SPLIT_START = "split_idx_start"
+_VARYING = (*ROW_FIELDS, _SPLIT_START)
+"""The names a shape may leave to each node's numbers."""
 _PARSED_CACHE = 4096
 """Parsed shapes kept (a template dict each); then the cache starts over."""
 
@@ -126,9 +138,11 @@ def _pairs(text: str, shape: int) -> list[list[Any]]:
     try:
         pairs = json.loads(text)
         ok = isinstance(pairs, list) and all(
-            isinstance(p, list) and len(p) in (1, 2) and isinstance(p[0], str) for p in pairs
+            isinstance(p, list)
+            and ((len(p) == 2 and isinstance(p[0], str)) or (len(p) == 1 and p[0] in _VARYING))
+            for p in pairs
         )
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nested too deep for the parser
         ok = False
     if not ok:
         msg = f"shape {shape} is not a list of [name, value] pairs: {text[:80]!r}"
@@ -225,3 +239,86 @@ def utf8_block(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
 def decode_utf8(block: bytes, start: int, end: int) -> str:
     """The string stored at ``block[start:end]``."""
     return block[start:end].decode("utf-8", "surrogatepass")
+
+
+# Reading files back (every size checked before anything is allocated) ----------------
+
+SLOTS_PER_ENTRY = 64
+"""Slots an id-indexed column may hold per entry read, beyond :data:`SLOTS_SLACK`."""
+SLOTS_SLACK = 1 << 20
+"""Slots any file may claim beyond :data:`SLOTS_PER_ENTRY` per entry (8 MiB of ``int64``)."""
+_ARRAY_KINDS = "biu"
+"""Booleans and integers: all the columns hold."""
+
+
+def first_line(err: BaseException) -> str:
+    """An error's message on one line (a message of many lines is cut at its first)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def check_slots(slots: int, entries: int, what: str) -> None:
+    """Refuse ``slots`` id-indexed slots for ``entries`` entries read (a crafted id).
+
+    Split ids of one source and level run from 0 with few gaps (leaves without
+    a letter are not embedded), so a file whose ids need many more slots than
+    it holds entries names ids that no save wrote.
+    """
+    if slots > SLOTS_PER_ENTRY * entries + SLOTS_SLACK:
+        msg = (
+            f"{what} run up to {slots - 1:,} for {entries:,} entries; a save holds at most "
+            f"{SLOTS_PER_ENTRY} slots per entry plus {SLOTS_SLACK:,}"
+        )
+        raise ValueError(msg)
+
+
+def read_arrays(file: Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``np.savez`` file; ``ValueError`` naming what is wrong.
+
+    Only uncompressed members of booleans and integers are read (what the
+    stores write), and each array's header must claim exactly the bytes its
+    member holds before the array is allocated: no array is larger than the
+    file. ``FileNotFoundError`` when the file is missing.
+    """
+    size = file.stat().st_size
+    try:
+        with zipfile.ZipFile(file) as archive:
+            return {
+                info.filename.removesuffix(".npy"): _read_member(archive, info, size)
+                for info in archive.infolist()
+            }
+    except (zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError, struct.error) as err:
+        msg = f"not a zip of arrays ({first_line(err)})"
+        raise ValueError(msg) from None
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> np.ndarray:
+    name = info.filename
+    stored = info.compress_type == zipfile.ZIP_STORED and info.compress_size == info.file_size
+    if not name.endswith(".npy") or not stored or info.file_size > size:
+        msg = f"member {name!r} is not an uncompressed array of at most {size} bytes"
+        raise ValueError(msg)
+    with archive.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            msg = f"member {name!r} has .npy format version {version}; expected 1.0 or 2.0"
+            raise ValueError(msg)
+        count = math.prod(shape)
+        if dtype.kind not in _ARRAY_KINDS or dtype.hasobject or dtype.shape:
+            msg = f"member {name!r} holds {dtype}, not booleans or integers"
+            raise ValueError(msg)
+        if count * dtype.itemsize != info.file_size - fh.tell():
+            msg = (
+                f"member {name!r} claims {count:,} values of {dtype}, but holds "
+                f"{info.file_size - fh.tell():,} bytes"
+            )
+            raise ValueError(msg)
+        data = fh.read(count * dtype.itemsize)
+        if len(data) != count * dtype.itemsize or fh.read(1):  # at the end the CRC is checked
+            msg = f"member {name!r} does not hold the {count:,} values it claims"
+            raise ValueError(msg)
+    array = np.frombuffer(data, dtype=dtype)  # read-only: the columns are copied from it
+    return array.reshape(shape, order="F" if fortran else "C")

@@ -36,10 +36,13 @@ search by the caller, searching deeper as needed.
 from __future__ import annotations
 
 import json
+import os
 import re
+import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -724,24 +727,26 @@ class FaissIndex(VectorStore):
         path = Path(directory)
         if not (path / HEADER_FILE).exists() and (path / LEGACY_RECORDS_FILE).exists():
             header, records = read_legacy_records(path / LEGACY_RECORDS_FILE)
+            records.sort(key=lambda r: r[0])
+            renumbered: np.ndarray | None = np.asarray([r[0] for r in records], dtype=np.int64)
             rows = Records()
             rows.add(
-                [r[0] for r in records],
+                list(range(len(records))),
                 [r[1] for r in records],
                 [r[2] for r in records],
                 [r[3] for r in records],
             )
         else:
             header = read_header(path / HEADER_FILE)
-            rows = Records.read(path, header["next"])
+            rows, renumbered = Records.read(path, header["next"])
             if len(rows) != header["count"]:
                 count = header["count"]
                 msg = f"{path / HEADER_FILE} counts {count} records but {len(rows)} are stored."
                 raise ValueError(msg)
         store = cls(embedding, header["factory"], **header["options"])
-        store._next_id = header["next"]
+        store._next_id = header["next"] if renumbered is None else len(rows)
         if header["dim"] is not None:
-            index = read_faiss(path / INDEX_FILE, header["dim"], rows.live_rows())
+            index = read_faiss(path / INDEX_FILE, header["dim"], rows.live_rows(), renumbered)
             store._ensure_index(header["dim"])
             if header["staged"]:
                 store._staging = index
@@ -879,8 +884,8 @@ def read_header(file: Path) -> dict[str, Any]:
         header = json.loads(file.read_bytes().decode("ascii"))
     except FileNotFoundError:
         raise _damaged(file, "the file is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _damaged(file, f"not JSON ({err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise _damaged(file, f"not JSON ({str(err).splitlines()[0]})") from None
     if not isinstance(header, dict) or header.get("format") != HEADER_FORMAT:
         raise _damaged(file, f"it must be a header with format {HEADER_FORMAT!r}")
     info = _header_info(header, file)
@@ -917,8 +922,8 @@ def read_legacy_records(file: Path) -> tuple[dict[str, Any], list[LegacyRecord]]
         rows = [json.loads(line) for line in lines]
     except FileNotFoundError:
         raise _damaged(file, "the file is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _damaged(file, f"not JSON lines ({err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise _damaged(file, f"not JSON lines ({str(err).splitlines()[0]})") from None
     if not rows or not isinstance(rows[0], dict) or rows[0].get("format") != LEGACY_FORMAT:
         raise _damaged(file, f"the first line must be a header with format {LEGACY_FORMAT!r}")
     info = _header_info(rows[0], file)
@@ -950,34 +955,112 @@ def read_faiss_file(file: Path, *, mapped: bool = False) -> Any:
     of read (``IO_FLAG_MMAP_IFC``): opening costs no time and no memory, pages
     are read when a search touches them. Such an index can not be added to
     (FAISS aborts the process), so only read-only callers ask for it.
+
+    Nothing FAISS reads may claim more memory than the file has bytes: the
+    wrapper's frame (its header and the id map at the end) is checked first,
+    and FAISS's own limits on one array and on one loop are set to the file's
+    size while it reads (:func:`faiss_envelope`).
+    """
+    faiss_envelope(file)
+    flags = faiss.IO_FLAG_SKIP_PRECOMPUTE_TABLE | (faiss.IO_FLAG_MMAP_IFC if mapped else 0)
+    try:
+        with _faiss_limits(file.stat().st_size + 1):
+            return faiss.read_index(str(file), flags)
+    except RuntimeError as err:
+        raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
+    except MemoryError:
+        raise _damaged(file, "FAISS ran out of memory reading it") from None
+
+
+_ENVELOPE = struct.Struct("<4siqqqBi")
+"""An ``IndexIDMap2`` file's start: its magic, d, ntotal, two unused numbers, is_trained, metric."""
+_FAISS_LIMITS = threading.Lock()
+
+
+def faiss_envelope(file: Path) -> tuple[int, int]:
+    """``(d, ntotal)`` of an ``IndexIDMap2`` file, after checking its frame against its size.
+
+    The file must start with the wrapper's header and end with its id map:
+    ``ntotal`` as a 64-bit count, then ``ntotal`` ids. ``ValueError`` naming
+    the file otherwise, before FAISS allocates anything.
     """
     try:
         with file.open("rb") as fh:
-            magic = fh.read(4)
+            head = fh.read(_ENVELOPE.size)
+            size = os.fstat(fh.fileno()).st_size
+            magic = head[:4]
+            if magic != b"IxM2":
+                what = f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}"
+                raise _damaged(file, what)
+            if len(head) < _ENVELOPE.size:
+                raise _damaged(file, f"it is cut short ({size} bytes)")
+            _, dim, ntotal, _, _, _, _ = _ENVELOPE.unpack(head)
+            tail = 8 * (ntotal + 1)
+            if dim < 1 or ntotal < 0 or tail > size - _ENVELOPE.size:
+                what = f"its header claims {ntotal} vectors of {dim} dimensions in {size} bytes"
+                raise _damaged(file, what)
+            fh.seek(size - tail)
+            (count,) = struct.unpack("<q", fh.read(8))
     except FileNotFoundError:
         raise _damaged(file, "the file is missing") from None
-    if magic != b"IxM2":
-        raise _damaged(file, f"expected a FAISS IndexIDMap2 (magic b'IxM2'), found {magic!r}")
-    try:
-        return faiss.read_index(str(file), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
-    except RuntimeError as err:
-        raise _damaged(file, f"FAISS could not read it ({str(err).splitlines()[-1]})") from None
+    if count != ntotal:
+        raise _damaged(file, f"its id map holds {count} ids for {ntotal} vectors")
+    return dim, ntotal
 
 
-def read_faiss(file: Path, dim: int, rows: np.ndarray) -> Any:
-    """Read a FAISS file and check it matches the records' rows exactly."""
-    index = read_faiss_file(file)
-    if index.d != dim:
+@contextmanager
+def _faiss_limits(size: int) -> Iterator[None]:
+    """FAISS's limits on one array's bytes and one loop's length, while one file is read.
+
+    They are process-wide settings: reads through here take turns, and the
+    previous values come back afterwards. FAISS builds without them (before
+    1.15) are read without.
+    """
+    getters = (
+        getattr(faiss, "get_deserialization_vector_byte_limit", None),
+        getattr(faiss, "get_deserialization_loop_limit", None),
+    )
+    setters = (
+        getattr(faiss, "set_deserialization_vector_byte_limit", None),
+        getattr(faiss, "set_deserialization_loop_limit", None),
+    )
+    with _FAISS_LIMITS:
+        if None in getters or None in setters:
+            yield
+            return
+        before = [get() for get in getters]  # type: ignore[misc]
+        for set_limit in setters:
+            set_limit(size)  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            for set_limit, value in zip(setters, before, strict=True):
+                set_limit(value)  # type: ignore[misc]
+
+
+def read_faiss(file: Path, dim: int, rows: np.ndarray, renumbered: np.ndarray | None) -> Any:
+    """Read a FAISS file and check it matches the records' rows exactly.
+
+    ``renumbered``: the ids the rows had in the file, when they were numbered
+    again (:meth:`Records.read`): the vector that had ``renumbered[i]`` gets id ``i``.
+    """
+    ids = rows if renumbered is None else renumbered
+    got_dim, ntotal = faiss_envelope(file)
+    if got_dim != dim or ntotal != len(ids):
         msg = (
-            f"{file} holds {index.d}-dimensional vectors but the records say {dim}; "
-            "the files do not belong together."
+            f"{file} holds {ntotal} vectors of {got_dim} dimensions but the records say "
+            f"{len(ids)} of {dim}; the files do not belong together."
         )
         raise ValueError(msg)
-    ids = np.sort(faiss.vector_to_array(index.id_map).astype(np.int64))
-    if index.ntotal != len(rows) or not np.array_equal(ids, np.sort(rows)):
+    index = read_faiss_file(file)
+    saved = faiss.vector_to_array(index.id_map).astype(np.int64)
+    if index.d != dim or index.ntotal != len(ids) or not np.array_equal(np.sort(saved), ids):
         msg = (
             f"{file} holds {index.ntotal} vectors whose ids do not match the "
-            f"{len(rows)} records; the files do not belong together."
+            f"{len(ids)} records; the files do not belong together."
         )
         raise ValueError(msg)
+    if renumbered is not None:
+        faiss.copy_array_to_vector(np.searchsorted(ids, saved).astype(np.int64), index.id_map)
+        index.construct_rev_map()
     return index

@@ -38,16 +38,20 @@ import contextlib
 import gc
 import json
 import os
+import re
 import shutil
+import struct
 import tempfile
 import unicodedata
 import weakref
-from collections.abc import Callable, Collection, Iterable, Sequence
+import zlib
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_s2b.core.stored import Entry
+from langchain_s2b.store.columns import first_line
 
 _KEY = "key"
 _SOURCE = "source"
@@ -56,6 +60,8 @@ _BODY = "body"
 _META = "meta"
 _ANALYZER = "s2b_words"
 _LOCKS = (".tantivy-writer.lock", ".tantivy-meta.lock")
+_META_FILE = "meta.json"
+_MANAGED = ".managed.json"
 _WRITER_HEAP = 15_000_000
 """Bytes of indexing memory for the one writer thread (tantivy's minimum)."""
 WORDS = (
@@ -220,16 +226,16 @@ class LexicalIndex:
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0)),
                 ]
             )
-        searcher = self._index.searcher()
         depth = n
         while True:
-            found = searcher.search(found_query, depth).hits
-            pairs = []
-            for score, address in found:
-                doc = searcher.doc(address)
-                key = str(doc[_KEY][0])
-                if keep is None or keep(key, _meta_of(doc)):
-                    pairs.append((key, float(score)))
+            with engine_errors():
+                searcher = self._index.searcher()
+                found = searcher.search(found_query, depth).hits
+                hits = []
+                for score, address in found:
+                    doc = searcher.doc(address)
+                    hits.append((str(doc[_KEY][0]), float(score), _meta_of(doc)))
+            pairs = [(key, score) for key, score, meta in hits if keep is None or keep(key, meta)]
             if len(pairs) >= n or len(found) < depth:
                 break
             depth *= 2
@@ -246,14 +252,16 @@ class LexicalIndex:
             )
             raise ValueError(msg)
         if keys is None:
-            return _entries(self._index)
+            with engine_errors():
+                return _entries(self._index)
         if not keys:
             return []
         tantivy = _tantivy()
-        searcher = self._index.searcher()
         only = tantivy.Query.term_set_query(self._schema, _KEY, sorted(keys))
-        hits = searcher.search(only, len(keys)).hits
-        return sorted(_entry(searcher.doc(address)) for _, address in hits)
+        with engine_errors():
+            searcher = self._index.searcher()
+            hits = searcher.search(only, len(keys)).hits
+            return sorted(_entry(searcher.doc(address)) for _, address in hits)
 
     def items(self) -> list[tuple[str, str]]:
         """Every ``(key, text)`` held, by key."""
@@ -261,34 +269,35 @@ class LexicalIndex:
 
     def keys(self) -> set[str]:
         """Every key held."""
-        searcher = self._index.searcher()
-        total = searcher.num_docs
-        if not total:
-            return set()
-        hits = searcher.search(_tantivy().Query.all_query(), total).hits
-        return {str(searcher.doc(address)[_KEY][0]) for _, address in hits}
+        with engine_errors():
+            searcher = self._index.searcher()
+            total = searcher.num_docs
+            if not total:
+                return set()
+            hits = searcher.search(_tantivy().Query.all_query(), total).hits
+            return {str(searcher.doc(address)[_KEY][0]) for _, address in hits}
 
     def __len__(self) -> int:
-        return int(self._index.searcher().num_docs)
+        with engine_errors():
+            return int(self._index.searcher().num_docs)
 
     # Files -----------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> list[str]:
         """Write tantivy's files into ``directory`` (created, empty); returns their names.
 
-        An index on disk copies its files (committed, nothing merging); one in
-        memory is written again into a new index there.
+        An index on disk copies the files of its last commit (``meta.json`` and
+        the segments it names) and takes no writer, so saves of one index may
+        run at once; one in memory is written again into a new index there.
         """
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=False)
-        if self.directory is not None:
-            writer = self._index.writer(_WRITER_HEAP, 1)
-            writer.garbage_collect_files()
-            del writer
-            gc.collect()
-            for item in sorted(self.directory.iterdir()):
-                if item.is_file() and item.name not in _LOCKS:
-                    shutil.copyfile(item, target / item.name)
+        if self.directory is not None:  # no writer: saves of one index may overlap
+            names = _committed_files(self.directory)
+            for name in names:
+                shutil.copyfile(self.directory / name, target / name)
+            managed = json.dumps(sorted(names))  # tantivy's list of the files it may remove
+            (target / _MANAGED).write_text(managed + "\n", encoding="utf-8")
         else:
             index = _new_index(target, documents=self.documents)
             _add(index, self.entries(), replace=False, documents=self.documents)
@@ -309,15 +318,19 @@ class LexicalIndex:
         saved; ``False`` also opens an index saved with them).
         """
         source = Path(directory)
-        if not (source / "meta.json").is_file():
+        if not (source / _META_FILE).is_file():
             msg = f"{source} holds no lexical index (no meta.json); was it saved by save()?"
             raise ValueError(msg)
         scratch = scratch_directory()
         try:
+            copied = []
             for item in source.iterdir():
-                if item.is_file() and item.name not in _LOCKS:
+                if item.is_file() and item.name not in (*_LOCKS, _MANAGED):
                     shutil.copyfile(item, scratch / item.name)
-            opened = _tantivy().Index.open(str(scratch))
+                    copied.append(item.name)
+            (scratch / _MANAGED).write_text(json.dumps(sorted(copied)) + "\n", encoding="utf-8")
+            check_files(scratch)  # what tantivy opens: the copies
+            opened = _open(scratch, source)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
@@ -386,6 +399,178 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True
     return True
+
+
+def check_files(directory: Path) -> None:
+    """Check a saved index's files before tantivy opens them; ``ValueError`` naming what is wrong.
+
+    ``meta.json`` must hold this module's schema (with or without the
+    documents) and segments whose document counts fit their files, and every
+    segment file must end with tantivy's footer, whose CRC-32 of the file's
+    body must match (what tantivy's own ``validate_checksum`` checks; the Python
+    binding does not offer it). A damaged or crafted segment would otherwise
+    reach tantivy, which can panic on it.
+    """
+    meta_file = directory / _META_FILE
+    try:
+        meta = json.loads(meta_file.read_bytes())
+    except (ValueError, RecursionError) as err:
+        msg = f"{meta_file} is not JSON ({str(err).splitlines()[0]})."
+        raise ValueError(msg) from None
+    if not isinstance(meta, dict) or meta.get("schema") not in _schemas():
+        msg = f"{meta_file} does not hold the schema of a langchain_s2b lexical index."
+        raise ValueError(msg)
+    segments = meta.get("segments")
+    if not isinstance(segments, list):
+        msg = f"{meta_file}: segments must be a list."
+        raise ValueError(msg)
+    stems = {_check_segment(directory, segment) for segment in segments}
+    if len(stems) != len(segments):
+        msg = f"{meta_file} names a segment twice."
+        raise ValueError(msg)
+    for item in sorted(directory.iterdir()):
+        if item.name.partition(".")[0] in stems:
+            _check_footer(item)
+
+
+_SEGMENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_FOOTER_MAGIC = 1337
+"""The last four bytes of every tantivy file (little-endian), after the footer's length."""
+
+
+def _check_segment(directory: Path, segment: Any) -> str:
+    """The file stem of one segment of ``meta.json``, checked against its files."""
+    where = directory / _META_FILE
+    ok = isinstance(segment, dict) and isinstance(segment.get("segment_id"), str)
+    if not ok or not _SEGMENT_ID.match(segment["segment_id"]):
+        msg = f"{where}: a segment must be an object with a segment_id; got {str(segment)[:80]}."
+        raise ValueError(msg)
+    stem = str(segment["segment_id"]).replace("-", "")
+    docs, deletes = segment.get("max_doc"), segment.get("deletes")
+    norms = directory / f"{stem}.fieldnorm"
+    room = norms.stat().st_size if norms.is_file() else 0  # a byte per document and field
+    if not _count(docs) or docs > room:
+        msg = f"{where}: segment {stem} claims {docs!r} documents; its files hold at most {room}."
+        raise ValueError(msg)
+    if deletes is not None and not (
+        isinstance(deletes, dict)
+        and _count(deletes.get("num_deleted_docs"))
+        and deletes["num_deleted_docs"] <= docs
+        and _count(deletes.get("opstamp"))
+    ):
+        msg = f"{where}: segment {stem} has malformed deletes {str(deletes)[:80]}."
+        raise ValueError(msg)
+    return stem
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_footer(file: Path) -> None:
+    """A tantivy file's footer: its JSON, its length and magic number, its body's CRC-32."""
+    size = file.stat().st_size
+    with file.open("rb") as fh:
+        if size >= 8:
+            fh.seek(size - 8)
+            length, magic = struct.unpack("<II", fh.read(8))
+        else:
+            length = magic = 0
+        body = size - 8 - length
+        crc = None
+        if magic == _FOOTER_MAGIC and body >= 0:
+            fh.seek(body)
+            try:
+                footer = json.loads(fh.read(length))
+            except (ValueError, RecursionError):
+                footer = None
+            crc = footer.get("crc") if isinstance(footer, dict) else None
+        if not isinstance(crc, int):
+            msg = f"{file} does not end with a tantivy footer; the file is damaged."
+            raise ValueError(msg)
+        fh.seek(0)
+        got = 0
+        for _ in range(body // _CHUNK):
+            got = zlib.crc32(fh.read(_CHUNK), got)
+        got = zlib.crc32(fh.read(body % _CHUNK), got)
+    if got != crc:
+        msg = f"{file} does not match the CRC-32 in its footer; the file is damaged."
+        raise ValueError(msg)
+
+
+_CHUNK = 1 << 20
+
+
+@cache
+def _schemas() -> tuple[Any, ...]:
+    """The schemas this module writes (``meta.json``'s ``schema``), without and with documents."""
+    found = []
+    for documents in (False, True):
+        with tempfile.TemporaryDirectory() as where:
+            _new_index(Path(where), documents=documents)
+            found.append(
+                json.loads((Path(where) / _META_FILE).read_text(encoding="utf-8"))["schema"]
+            )
+    return tuple(found)
+
+
+def _open(directory: Path, saved: Path) -> Any:
+    """``tantivy.Index.open`` with every segment opened; a damaged index is one ``ValueError``."""
+    damaged = f"{saved} holds a damaged lexical index"
+    try:
+        with engine_errors(damaged):
+            opened = _tantivy().Index.open(str(directory))
+            _register(opened)
+            opened.searcher()  # opens every segment
+    except OSError as err:
+        msg = f"{damaged} ({first_line(err)})."
+        raise ValueError(msg) from None
+    return opened
+
+
+@contextlib.contextmanager
+def engine_errors(damaged: str | None = None) -> Iterator[None]:
+    """Tantivy's errors and panics as one ``ValueError`` line.
+
+    A panic (``pyo3``'s ``PanicException``, a ``BaseException``) or a stored
+    field gone means a damaged index, one that passed the checks of
+    :func:`check_files` (a crafted one whose footers were written again).
+    ``damaged``: how to name it (default: the lexical index, at a query).
+    """
+    try:
+        yield
+    except BaseException as err:
+        engine = isinstance(err, ValueError | KeyError | IndexError)
+        if not engine and type(err).__name__ != "PanicException":
+            raise
+        what = f"tantivy: {first_line(err)}"
+        msg = (
+            f"{damaged} ({what})."
+            if damaged
+            else f"The lexical index is damaged ({what}); build it again: "
+            "FaissIndex.rebuild_lexical()."
+        )
+        raise ValueError(msg) from None
+
+
+def _committed_files(directory: Path) -> list[str]:
+    """``meta.json`` and the files of the segments it names: what a reader of the commit opens.
+
+    A segment's files are ``<id>.<part>``; its deletes ``<id>.<opstamp>.del``
+    (only the file of the opstamp ``meta.json`` names is live).
+    """
+    meta = json.loads((directory / _META_FILE).read_text(encoding="utf-8"))
+    live: dict[str, str | None] = {}
+    for segment in meta["segments"]:
+        deletes = segment.get("deletes")
+        stem = str(segment["segment_id"]).replace("-", "")
+        live[stem] = None if deletes is None else f"{deletes['opstamp']}.del"
+    names = [_META_FILE]
+    for item in sorted(directory.iterdir()):
+        stem, _, part = item.name.partition(".")
+        if stem in live and item.is_file() and (not part.endswith(".del") or part == live[stem]):
+            names.append(item.name)
+    return names
 
 
 def _field_names(directory: Path) -> set[str]:

@@ -31,9 +31,17 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.stores import BaseStore
 
+from langchain_s2b.core.keys import is_manifest_key
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.store.codec import check_document, decode_document, encode_document
-from langchain_s2b.store.columns import Column, Shapes, utf8_block
+from langchain_s2b.store.columns import (
+    Column,
+    Shapes,
+    check_slots,
+    first_line,
+    read_arrays,
+    utf8_block,
+)
 
 ARRAYS_FILE = "nodes.npz"
 TEXT_FILE = "nodes.utf8"
@@ -309,39 +317,47 @@ class NodeStore(BaseStore[str, Document]):
         """A store filled from :meth:`write`'s files; ``ValueError`` naming what is wrong."""
         where = directory / ARRAYS_FILE
         try:
-            with np.load(where, allow_pickle=False) as arrays:
-                cols = {name: arrays[name] for name in arrays.files}
+            cols = read_arrays(where)
             raw = (directory / TEXT_FILE).read_bytes()
             shapes = (directory / SHAPES_FILE).read_text(encoding="ascii").split("\n")[:-1]
             names = json.loads((directory / NAMES_FILE).read_text(encoding="ascii"))
             other = (directory / OTHER_FILE).read_bytes().splitlines()
         except FileNotFoundError as err:
             raise _damaged(Path(err.filename or where), "the file is missing") from None
-        except (OSError, ValueError, KeyError) as err:
-            raise _damaged(where, f"it can not be read ({err})") from None
+        except (OSError, ValueError, KeyError, RecursionError) as err:
+            raise _damaged(where, f"it can not be read ({first_line(err)})") from None
         store = cls()
         store.shapes = Shapes.from_texts(shapes)
         try:  # a shape is checked when first decoded (a crafted one: a ValueError then)
             store._fill(cols, raw, names)
-            for number, line in enumerate(other, start=1):
-                store._read_other(number, line)
-        except (ValueError, KeyError, IndexError, TypeError) as err:
-            raise _damaged(where, str(err)) from None
+            named = sum(store._read_other(number, line) for number, line in enumerate(other, 1))
+            check_slots(named, len(store), "the node keys its manifests name")  # made at verify
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError) as err:
+            raise _damaged(where, first_line(err)) from None
         return store
 
-    def _read_other(self, number: int, line: bytes) -> None:
+    def _read_other(self, number: int, line: bytes) -> int:
+        """Keep one line of :data:`OTHER_FILE`; how many node keys it names, if a manifest."""
         head, tab, raw = line.partition(b"\t")
         key = json.loads(head) if tab else None
         if not isinstance(key, str):
             msg = f"line {number} of {OTHER_FILE}: expected a JSON string key, a tab and a document"
             raise ValueError(msg)
-        check_document(raw, key)  # a Document is made when asked for
+        meta = check_document(raw, key)["metadata"]  # a Document is made when asked for
         self._other[key] = raw
+        counts = meta.get("counts") if is_manifest_key(key) else None
+        if not isinstance(counts, dict):
+            return 0
+        return sum(n for n in counts.values() if type(n) is int and n > 0)
 
     def _fill(self, cols: dict[str, np.ndarray], raw: bytes, names: Any) -> None:
         sources, levels = names["sources"], names["levels"]
-        if not all(isinstance(x, str) and x for x in [*sources, *levels]):
-            msg = "source keys and level names must be non-empty strings"
+        ok = isinstance(sources, list) and isinstance(levels, list)
+        if not ok or not all(isinstance(x, str) and x for x in [*sources, *levels]):
+            msg = "source keys and level names must be lists of non-empty strings"
+            raise ValueError(msg)
+        if len(set(sources)) != len(sources) or len(set(levels)) != len(levels):
+            msg = "a source key or a level name is listed twice"
             raise ValueError(msg)
         n = len(cols["split"])
         col = {k: _ints(cols, k, n) for k in ("source", "level", "split", *_COLUMNS)}
@@ -349,8 +365,14 @@ class NodeStore(BaseStore[str, Document]):
         sizes = _ints(cols, "text_bytes", len(sources))
         own_offsets = _ints(cols, "own_offsets", int(own.sum()) + 1)
         lengths = np.maximum(sizes, 0)
+        if (sizes < -1).any() or (sizes > len(raw)).any():
+            msg = "a text length is outside the text file"
+            raise ValueError(msg)
         total = int(lengths.sum())
-        if (sizes < -1).any() or total + int(own_offsets[-1]) != len(raw):
+        if own_offsets[0] != 0 or (np.diff(own_offsets) < 0).any():
+            msg = "the own texts' offsets do not run forward from 0"
+            raise ValueError(msg)
+        if total + int(own_offsets[-1]) != len(raw):
             msg = "the text lengths do not add up to the text file"
             raise ValueError(msg)
         bounds = np.zeros(len(sources) + 1, dtype=np.int64)
@@ -372,6 +394,9 @@ class NodeStore(BaseStore[str, Document]):
         group = col["source"] * len(levels) + col["level"]
         order = np.lexsort((col["split"], group))
         cuts = np.flatnonzero(np.diff(group[order])) + 1
+        if n:  # one slot per split id up to the largest, per source and level
+            tops = col["split"][order][np.append(cuts, n) - 1].tolist()
+            check_slots(sum(tops) + len(tops), n, "split ids")
         own_at = np.cumsum(own) - 1
         for members in np.split(order, cuts) if n else []:
             self._fill_level(members, col, own, own_at, owns, own_offsets, sources, levels)

@@ -29,6 +29,15 @@ snapshots: a crash at any moment leaves a loadable save, the old or the new.
 ``load`` reads only JSON and FAISS files, checks every value's type, every
 file's checksum, the format version and the embedding's dimension, and
 refuses anything else with a ``ValueError`` that says what is wrong.
+
+Loads and saves of one path may overlap, from any threads and processes. A
+load holds a shared lock (``flock``) on the ``.readers`` file of the snapshot
+``CURRENT`` names while it reads it; a save removes an old snapshot only when
+it gets that lock exclusively at once, else it leaves it to a later save. So a
+load never waits for a save (nor a save for a load), and it reads one complete
+snapshot. A save that removes a snapshot first renames it away: a load that
+read ``CURRENT`` just before the switch finds its snapshot gone once it holds
+the lock, and reads ``CURRENT`` again.
 """
 
 from __future__ import annotations
@@ -38,9 +47,11 @@ import os
 import re
 import secrets
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +66,7 @@ from langchain_s2b.core.lifecycle import Config
 from langchain_s2b.core.splitters import build_splitter, describe_splitter
 from langchain_s2b.core.tree import Level
 from langchain_s2b.store.codec import DocumentCodecStore, decode_document, encode_document
+from langchain_s2b.store.columns import first_line
 from langchain_s2b.store.faiss_index import (
     LEGACY_RECORDS_FILE,
     SAVED_FILES,
@@ -73,6 +85,9 @@ from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.node_store import FILES as NODE_FILES
 from langchain_s2b.store.node_store import NodeStore, copy_into
 
+if sys.platform != "win32":
+    import fcntl
+
 FORMAT = "langchain_s2b"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -85,6 +100,10 @@ LEXICAL_DIR = "lexical"
 _LEXICAL_FILE = re.compile(rf"^{LEXICAL_DIR}/(?!\.\.?$)[A-Za-z0-9_.-]+$")
 LOCK_FILE = ".lock"
 """Held while a save writes into its directory (an inter-process lock)."""
+READERS_FILE = ".readers"
+"""In each snapshot: loads hold it shared while they read the snapshot (module docstring)."""
+_ATTEMPTS = 100
+"""Times a load reads ``CURRENT`` again when saves removed the snapshot it named meanwhile."""
 _SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
 
 
@@ -141,6 +160,7 @@ def _save_locked(saved: Saved, root: Path, include_docstore: bool | None) -> Pat
     try:
         meta = _write_snapshot(saved, temp, include_docstore)
         write_json(temp / CONFIG_FILE, meta)
+        (temp / READERS_FILE).touch()
         fsync_dir(temp)
         if isinstance(saved.vectorstore, FaissIndex):  # read back before it replaces anything
             FaissIndex.check_saved(temp)
@@ -229,11 +249,26 @@ def load(
     vectorstore: Any = None,
     splitters: Mapping[str, Any] | None = None,
 ) -> Loaded:
-    """Read a save written by :func:`save`; see ``SmallToBigRetriever.load``."""
-    snap = current_snapshot(Path(path))
+    """Read a save written by :func:`save`; see ``SmallToBigRetriever.load``.
+
+    The snapshot ``CURRENT`` names is held (a shared lock) while it is read, so
+    a save that finishes meanwhile leaves it in place (module docstring).
+    """
+    with reading(Path(path)) as snap:
+        return _load(snap, embedding, docstore, byte_store, vectorstore, splitters)
+
+
+def _load(
+    snap: Path,
+    embedding: Embeddings,
+    docstore: BaseStore[str, Document] | None,
+    byte_store: BaseStore[str, bytes] | None,
+    vectorstore: Any,
+    splitters: Mapping[str, Any] | None,
+) -> Loaded:
     meta = _read_config(snap)
     _check_files(snap, meta["files"])
-    dim = meta["embedding"]["dim"]
+    dim = meta["embedding"].get("dim")
     if dim is not None:
         check_dimension(embedding, dim, meta["embedding"]["class"])
         _warn_if_other_model(embedding, meta["embedding"])
@@ -254,7 +289,46 @@ def load(
 
 
 def current_snapshot(root: Path) -> Path:
-    """The snapshot ``root/CURRENT`` names, checked to be a direct child."""
+    """The snapshot ``root/CURRENT`` names, checked to be a direct child (not held: see reading)."""
+    name = _pointer(root)
+    if not (root / name).is_dir():
+        raise _no_snapshot(root, name)
+    return root / name
+
+
+@contextmanager
+def reading(root: Path) -> Iterator[Path]:
+    """The snapshot ``root/CURRENT`` names, held with a shared lock until the block ends.
+
+    No save removes a snapshot while a load holds it (module docstring).
+    """
+    name, held = _hold_current(root)
+    try:
+        yield root / name
+    finally:
+        if held >= 0:
+            os.close(held)  # releases the lock
+
+
+def _hold_current(root: Path) -> tuple[str, int]:
+    """The current snapshot's name and the descriptor that holds it (``-1``: no lock).
+
+    When saves switched ``CURRENT`` and removed the snapshot it named between
+    the read of ``CURRENT`` and the lock, ``CURRENT`` is read again.
+    """
+    for _ in range(_ATTEMPTS):
+        name = _pointer(root)
+        held = _hold(root / name)
+        if held is not None:
+            return name, held
+        if _pointer(root) == name:  # still the current one, and not there: damaged
+            raise _no_snapshot(root, name)
+    msg = f"{root}: saves kept replacing the current snapshot while it was opened; load again."
+    raise ValueError(msg)
+
+
+def _pointer(root: Path) -> str:
+    """The snapshot name ``root/CURRENT`` holds (a valid name; it may be gone by now)."""
     pointer = root / POINTER
     try:
         name = pointer.read_text(encoding="ascii").strip()
@@ -263,10 +337,42 @@ def current_snapshot(root: Path) -> Path:
         raise ValueError(msg) from None
     except UnicodeDecodeError:
         name = "<binary>"
-    if not _SNAPSHOT.match(name) or not (root / name).is_dir():
-        msg = f"{pointer} must name a snapshot directory inside {root}; got {name[:80]!r}."
-        raise ValueError(msg)
-    return root / name
+    if not _SNAPSHOT.match(name):
+        raise _no_snapshot(root, name)
+    return name
+
+
+def _no_snapshot(root: Path, name: str) -> ValueError:
+    pointer = root / POINTER
+    return ValueError(f"{pointer} must name a snapshot directory inside {root}; got {name[:80]!r}.")
+
+
+def _hold(snap: Path) -> int | None:
+    """A descriptor holding ``snap``'s readers file shared; ``None``: the snapshot is gone.
+
+    ``-1``: held without a lock (a snapshot saved before snapshots had a
+    readers file, or a system without ``flock``).
+    """
+    try:
+        fd = os.open(snap / READERS_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1 if snap.is_dir() else None
+    if sys.platform == "win32":  # no flock: a load is not held there
+        os.close(fd)
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:  # a save that removed the snapshot meanwhile renamed it first
+            same = os.path.samestat(os.fstat(fd), os.stat(snap / READERS_FILE))
+        except FileNotFoundError:
+            same = False
+    except BaseException:
+        os.close(fd)
+        raise
+    if not same:
+        os.close(fd)
+        return None
+    return fd
 
 
 PROBE_TEXT = "dimension check"
@@ -327,8 +433,8 @@ def _read_config(snap: Path) -> dict[str, Any]:
     except FileNotFoundError:
         msg = f"{file} is missing; the save is incomplete or damaged."
         raise ValueError(msg) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        msg = f"{file} is not JSON ({err}); it is not a langchain_s2b save."
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        msg = f"{file} is not JSON ({first_line(err)}); it is not a langchain_s2b save."
         raise ValueError(msg) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         msg = f"{file} is not a langchain_s2b save (no format {FORMAT!r})."
@@ -350,8 +456,8 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
     emb, vec, doc = meta.get("embedding"), meta.get("vectorstore"), meta.get("docstore")
     files, levels = meta.get("files"), meta.get("levels")
     problems = []
-    if not isinstance(emb, dict) or not isinstance(emb.get("class"), str):
-        problems.append("embedding must be an object with a class name")
+    if not isinstance(emb, dict) or not isinstance(emb.get("class"), str) or "dim" not in emb:
+        problems.append("embedding must be an object with a class name and a dim")
     elif emb.get("dim") is not None and (
         isinstance(emb["dim"], bool) or not isinstance(emb["dim"], int) or emb["dim"] < 1
     ):
@@ -430,14 +536,42 @@ def _load_levels(meta: dict[str, Any], splitters: Mapping[str, Any]) -> list[Lev
 
 
 def _remove_old(root: Path, keep: str) -> None:
-    """Remove older snapshots and leftovers of interrupted saves."""
+    """Remove older snapshots no load is reading, and leftovers of interrupted saves."""
     for child in root.iterdir():
         if child.name == keep:
             continue
-        if child.is_dir() and (_SNAPSHOT.match(child.name) or child.name.startswith(TEMP_PREFIX)):
+        if child.is_dir() and _SNAPSHOT.match(child.name):
+            _remove_unread(child)
+        elif child.is_dir() and child.name.startswith(TEMP_PREFIX):
             shutil.rmtree(child, ignore_errors=True)
         elif child.is_file() and child.name.startswith(TEMP_PREFIX):
             child.unlink(missing_ok=True)
+
+
+def _remove_unread(snap: Path) -> None:
+    """Remove an old snapshot unless a load holds it (then a later save removes it).
+
+    It is renamed away under the exclusive lock before it is removed, so a load
+    that waited for the lock sees that it is gone (:func:`_hold`).
+    """
+    try:
+        fd = os.open(snap / READERS_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        if sys.platform != "win32":
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a load is reading it
+        gone = snap.with_name(f"{TEMP_PREFIX}{snap.name}-{secrets.token_hex(4)}")
+        try:
+            os.replace(snap, gone)
+        except OSError:
+            return
+        shutil.rmtree(gone, ignore_errors=True)
+    finally:
+        os.close(fd)
 
 
 # The docstore as a file: per line the key as JSON, a tab, the document as JSON ----
@@ -541,12 +675,15 @@ def _fill(sink: BaseStore[str, Any], pairs: Iterator[tuple[str, Any]]) -> None:
 
 def read_nodes(file: Path) -> Iterator[tuple[str, bytes, Document]]:
     """``(key, raw JSON, document)`` per line; every document is decoded and checked."""
+    if not file.is_file():
+        msg = f"{file} is missing; the save is incomplete or damaged."
+        raise ValueError(msg)
     with file.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
             head, tab, raw = line.rstrip(b"\n").partition(b"\t")
             try:
                 key = json.loads(head)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 key = None
             if not tab or not isinstance(key, str):
                 msg = f"{file}, line {number}: expected a JSON string key, a tab and a document."

@@ -26,7 +26,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from langchain_s2b.store.columns import Column, Shapes, decode_utf8, utf8_block
+from langchain_s2b.store.columns import (
+    SLOTS_PER_ENTRY,
+    SLOTS_SLACK,
+    Column,
+    Shapes,
+    check_slots,
+    decode_utf8,
+    first_line,
+    read_arrays,
+    utf8_block,
+)
 
 Record = tuple[str, str, dict[str, Any]]
 """``(key, text, metadata)`` of one row."""
@@ -399,15 +409,19 @@ class Records:
         return list(FILES)
 
     @classmethod
-    def read(cls, directory: Path, limit: int) -> Records:
-        """Rows written by :meth:`write`; ``ValueError`` naming what is wrong.
+    def read(cls, directory: Path, limit: int) -> tuple[Records, np.ndarray | None]:
+        """Rows written by :meth:`write` and how they were renumbered (``ValueError``: damage).
 
-        ``limit``: row ids must be below it (the index's next id).
+        ``limit``: row ids in the file must be below it (the index's next id).
+        The columns are indexed by row id: when the file's ids would need more
+        slots than :func:`check_slots` allows for its rows (ids left sparse by
+        many deletes, or a crafted one), the rows are numbered again from 0 and
+        the ids they had are returned, ascending (row ``i`` had ``ids[i]``), for
+        the caller to number its vectors the same way; else ``None``.
         """
         where = directory / ARRAYS_FILE
         try:
-            with np.load(where, allow_pickle=False) as arrays:
-                cols = {name: arrays[name] for name in arrays.files}
+            cols = read_arrays(where)
             text = (directory / TEXT_FILE).read_bytes()
             shape_lines = _lines((directory / SHAPES_FILE).read_text(encoding="ascii"))
             key_lines = _lines((directory / KEYS_FILE).read_text(encoding="ascii"))
@@ -415,15 +429,15 @@ class Records:
             groups = json.loads((directory / GROUPS_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError as err:
             raise _damaged(Path(err.filename or where), "the file is missing") from None
-        except (OSError, ValueError, KeyError) as err:  # zip, JSON, text errors
-            raise _damaged(where, f"it can not be read ({err})") from None
+        except (OSError, ValueError, KeyError, RecursionError) as err:  # zip, JSON, text errors
+            raise _damaged(where, f"it can not be read ({first_line(err)})") from None
         records = cls()
-        records.shapes = Shapes.from_texts(shape_lines)
         try:  # a shape is checked when first decoded (a crafted one: a ValueError then)
-            records._fill(cols, text, names, groups, limit)
-        except (ValueError, KeyError, IndexError, TypeError) as err:
-            raise _damaged(where, str(err)) from None
-        return records
+            records.shapes = Shapes.from_texts(shape_lines)
+            renumbered = records._fill(cols, text, names, groups, limit)
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError) as err:
+            raise _damaged(where, first_line(err)) from None
+        return records, renumbered
 
     def _fill(
         self,
@@ -432,9 +446,9 @@ class Records:
         names: list[Any],
         groups: Any,
         limit: int,
-    ) -> None:
-        rows = _column(cols, "rows", np.int64)
-        n = len(rows)
+    ) -> np.ndarray | None:
+        ids = _column(cols, "rows", np.int64)
+        n = len(ids)
         arrays = {name: _column(cols, name, np.int64, n) for name in ("shape", "split")}
         arrays |= {name: _column(cols, name, np.int64, n) for name in ("start", "end", "length")}
         named = _column(cols, "named", np.bool_, n)
@@ -449,11 +463,11 @@ class Records:
         if not np.array_equal(group < 0, named):
             msg = "a row has both a key of its own and a derived one, or neither"
             raise ValueError(msg)
-        if n and (rows.min() < 0 or rows.max() >= limit or len(np.unique(rows)) != n):
+        if n and (ids.min() < 0 or ids.max() >= limit or len(np.unique(ids)) != n):
             msg = f"row ids must be distinct and in [0, {limit})"
             raise ValueError(msg)
         lengths = arrays["length"]
-        if (lengths < 0).any() or int(lengths.sum()) != len(text):
+        if (lengths < 0).any() or (lengths > len(text)).any() or int(lengths.sum()) != len(text):
             msg = "the text lengths do not add up to the text file"
             raise ValueError(msg)
         shapes = arrays["shape"]
@@ -463,7 +477,16 @@ class Records:
         if int(named.sum()) != len(names) or not all(isinstance(k, str) and k for k in names):
             msg = "the keys file does not match the rows"
             raise ValueError(msg)
-        size = int(rows.max()) + 1 if n else 0
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        size = int(ids.max()) + 1 if n else 0
+        renumber = size > SLOTS_PER_ENTRY * n + SLOTS_SLACK  # (check_slots' bound)
+        rows = ids
+        if renumber:  # the file's row i becomes row rows[i], in the same order
+            order = np.argsort(ids, kind="stable")
+            rows = np.empty(n, dtype=np.int64)
+            rows[order] = np.arange(n, dtype=np.int64)
+            size = n
         for column in self._columns():
             column.ensure(size)
         self._shape.data[rows] = shapes
@@ -471,14 +494,13 @@ class Records:
         self._start.data[rows] = arrays["start"]
         self._end.data[rows] = arrays["end"]
         self._block.data[rows] = 0
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
         self._offset.data[rows] = offsets[:-1]
         self._length.data[rows] = lengths
         self._live.data[rows] = True
         self._blocks = [text]
         self._count = n
         self._index_keys(rows, group, named, names, groups)
+        return np.sort(ids) if renumber else None
 
     def _index_keys(
         self,
@@ -502,6 +524,9 @@ class Records:
             raise ValueError(msg)
         order = np.lexsort((d_split, d_group))
         cuts = np.flatnonzero(np.diff(d_group[order])) + 1
+        if len(order):  # one slot per split id up to the largest, per source and level
+            tops = d_split[order][np.append(cuts, len(order)) - 1].tolist()
+            check_slots(sum(tops) + len(tops), len(rows), "split ids")
         for members in np.split(order, cuts) if len(order) else []:
             source, level = groups[int(d_group[members[0]])]
             if (source, level) in self._slots:

@@ -138,7 +138,29 @@ class TestRecords:
         self._check(records, model)
         where = tmp_path_factory.mktemp("records")
         records.write(where)
-        self._check(Records.read(where, next_row), model, read_back=True)
+        again, renumbered = Records.read(where, next_row)
+        assert renumbered is None  # ids this dense are kept
+        self._check(again, model, read_back=True)
+
+    def test_rows_of_sparse_ids_are_numbered_again(self, tmp_path: Path) -> None:
+        """Issue 28: one huge row id sized every column (a crafted save asked for terabytes)."""
+        records = Records()
+        huge = 10**12
+        records.add([3, 7], ["a/s/0", "a/s/1"], ["x", "yz"], [{"n": 1}, {"n": 2}])
+        records.write(tmp_path)
+        with np.load(tmp_path / "records.npz") as saved:
+            arrays = {name: saved[name] for name in saved.files}
+        arrays["rows"] = np.asarray([3, huge])  # a row id no save of 2 rows could need
+        np.savez(tmp_path / "records.npz", **arrays)
+        again, renumbered = Records.read(tmp_path, huge + 1)
+        assert renumbered is not None
+        assert renumbered.tolist() == [3, huge]
+        assert [again.record(0), again.record(1)] == [
+            ("a/s/0", "x", {"n": 1}),
+            ("a/s/1", "yz", {"n": 2}),
+        ]
+        assert again.row("a/s/1") == 1
+        assert again._live.size == 2
 
     @staticmethod
     def _check(records: Records, model: dict[int, Any], *, read_back: bool = False) -> None:

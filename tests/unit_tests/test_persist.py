@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -338,6 +342,170 @@ CRAFTED: dict[str, Callable[[Path, Path], Any]] = {
 }
 
 
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+"""Valid JSON nested deeper than Python's parser goes (a ``RecursionError`` there)."""
+
+
+def _npy(shape: tuple[int, ...], dtype: str, data: bytes) -> bytes:
+    """A ``.npy`` member whose header claims ``shape`` whatever ``data`` holds."""
+    out = io.BytesIO()
+    header = {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(out, header)  # the magic string, then the header
+    return out.getvalue() + data
+
+
+def _zip_member(
+    snap: Path, name: str, member: str, payload: bytes, *, deflate: bool = False
+) -> None:
+    """Replace one member of an ``.npz`` file by ``payload``."""
+    file = snap / name
+    with zipfile.ZipFile(file) as old:
+        members = {info.filename: old.read(info) for info in old.infolist()}
+    members[member] = payload
+    mode = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    with zipfile.ZipFile(file, "w", compression=mode) as new:
+        for member_name, data in members.items():
+            new.writestr(member_name, data)
+
+
+def _npy_file(file: Path) -> None:
+    with file.open("wb") as out:
+        np.save(out, np.arange(3), allow_pickle=False)
+
+
+def _faiss_patch(snap: Path, offset: int, value: int) -> None:
+    """Write a 64-bit number into ``children.faiss`` at ``offset``."""
+    data = bytearray((snap / "children.faiss").read_bytes())
+    data[offset : offset + 8] = value.to_bytes(8, "little")
+    (snap / "children.faiss").write_bytes(bytes(data))
+
+
+_FLAT_CODES = 2 * 37
+"""Where an IndexIDMap2 over a flat index stores the size of its codes (two headers in)."""
+
+
+def _segment_file(snap: Path, suffix: str) -> Path:
+    (found,) = (snap / "lexical").glob(f"*{suffix}")
+    return found
+
+
+def _flip_segment_byte(
+    snap: Path, suffix: str, *, crc: bool, at: Callable[[int], int] = lambda body: body // 2
+) -> None:
+    """Flip a byte inside a tantivy segment file (``crc``: and write its footer's CRC again)."""
+    file = _segment_file(snap, suffix)
+    data = bytearray(file.read_bytes())
+    length = int.from_bytes(data[-8:-4], "little")
+    body = len(data) - 8 - length
+    data[at(body)] ^= 0xFF
+    if crc:
+        footer = json.loads(data[body:-8])
+        footer["crc"] = zlib.crc32(bytes(data[:body]))
+        raw = json.dumps(footer).encode()
+        data = data[:body] + raw + len(raw).to_bytes(4, "little") + data[-4:]
+    file.write_bytes(bytes(data))
+
+
+def _edit_tantivy_meta(snap: Path, change: Callable[[dict[str, Any]], Any]) -> None:
+    meta = json.loads((snap / "lexical" / "meta.json").read_text())
+    change(meta)
+    (snap / "lexical" / "meta.json").write_text(json.dumps(meta))
+
+
+def _hybrid_snap(snap: Path) -> None:
+    if not (snap / "lexical").is_dir():
+        pytest.skip("this save has no lexical index")
+
+
+CRAFTED_28: dict[str, Callable[[Path, Path], Any]] = {
+    "one huge split id in records": lambda snap, m: _edit_npz(
+        snap, "records.npz", lambda a: a["split"].__setitem__(0, 10**12)
+    ),
+    "one huge split id in nodes": lambda snap, m: _edit_npz(
+        snap, "nodes.npz", lambda a: a["split"].__setitem__(0, 10**12)
+    ),
+    "one huge row id and next": lambda snap, m: (
+        _edit_npz(snap, "records.npz", lambda a: a["rows"].__setitem__(-1, 10**12)),
+        _edit_header(snap, next=10**12 + 1),
+    ),
+    "records array claims a terabyte": lambda snap, m: _zip_member(
+        snap, "records.npz", "split.npy", _npy((1 << 40,), "<i8", b"\0" * 64)
+    ),
+    "nodes array claims a terabyte": lambda snap, m: _zip_member(
+        snap, "nodes.npz", "start.npy", _npy((1 << 40,), "<i8", b"\0" * 64)
+    ),
+    "records is one array, not a zip": lambda snap, m: _npy_file(snap / "records.npz"),
+    "records zip cut short": lambda snap, m: (snap / "records.npz").write_bytes(
+        (snap / "records.npz").read_bytes()[:-40]
+    ),
+    "nodes member fails its CRC": lambda snap, m: (snap / "nodes.npz").write_bytes(
+        (snap / "nodes.npz").read_bytes().replace(b"shape.npy", b"shapX.npy", 1)
+    ),
+    "faiss codes claim half a terabyte": lambda snap, m: _faiss_patch(snap, _FLAT_CODES, 1 << 37),
+    "config a deep JSON": lambda snap, m: (snap / "s2b.json").write_text(DEEP_JSON),
+    "header a deep JSON": lambda snap, m: (snap / "children.json").write_text(DEEP_JSON),
+    "record keys a deep JSON": lambda snap, m: (snap / "records.keys.jsonl").write_text(
+        DEEP_JSON + "\n"
+    ),
+    "record groups a deep JSON": lambda snap, m: (snap / "records.groups.json").write_text(
+        DEEP_JSON
+    ),
+    "node names a deep JSON": lambda snap, m: (snap / "nodes.names.json").write_text(DEEP_JSON),
+    "node line a deep JSON": lambda snap, m: (snap / "nodes.other.jsonl").write_text(
+        '"a/manifest"\t' + DEEP_JSON + "\n"
+    ),
+    "node sources listed twice": lambda snap, m: (snap / "nodes.names.json").write_text(
+        json.dumps(
+            {**json.loads((snap / "nodes.names.json").read_text()), "sources": ["doc-0"] * 6}
+        )
+    ),
+    "a manifest names four trillion nodes": lambda snap, m: _edit_lines(
+        snap,
+        "nodes.other.jsonl",
+        lambda line: re.sub(r'"child": [0-9]+\}', '"child": 4000000000000}', line),
+    ),
+    "config without embedding.dim": lambda snap, m: edit_config(
+        snap, lambda c: c["embedding"].pop("dim")
+    ),
+    "version 1 named, version 2 files": lambda snap, m: edit_config(
+        snap, lambda c: c.update(format_version=1)
+    ),
+    "lexical segment damaged": lambda snap, m: _flip_segment_byte(snap, ".store", crc=False),
+    "lexical fast field damaged, its CRC written again": lambda snap, m: _flip_segment_byte(
+        snap, ".fast", crc=True, at=lambda body: body // 3
+    ),
+    "lexical meta claims a billion documents": lambda snap, m: _edit_tantivy_meta(
+        snap, lambda meta: meta["segments"][0].update(max_doc=10**9)
+    ),
+    "lexical meta of another schema": lambda snap, m: _edit_tantivy_meta(
+        snap, lambda meta: meta["schema"][2]["options"]["indexing"].update(tokenizer="default")
+    ),
+}
+"""Issue 28: crafted files that made load() allocate terabytes, raise something other than a
+``ValueError`` (``MemoryError``, ``BadZipFile``, ``RecursionError``, ``FileNotFoundError``,
+tantivy's ``PanicException``), or accept a damaged index."""
+
+CRAFTED_MORE: dict[str, Callable[[Path, Path], Any]] = {
+    "records array compressed": lambda snap, m: _zip_member(
+        snap, "records.npz", "end.npy", _npy((4,), "<i8", b"\0" * 32), deflate=True
+    ),
+    "faiss id map claims more ids": lambda snap, m: _faiss_patch(
+        snap, (snap / "children.faiss").stat().st_size - 8 * (len(_rows(snap)) + 1), 1 << 40
+    ),
+    "faiss header claims more vectors": lambda snap, m: _faiss_patch(snap, 8, 1 << 40),
+    "config nested too deep": lambda snap, m: edit_config(
+        snap, lambda c: c.update(retriever=json.loads("[" * 500 + "]" * 500))
+    ),
+    "lexical segment without a footer": lambda snap, m: _segment_file(snap, ".term").write_bytes(
+        _segment_file(snap, ".term").read_bytes()[:-30]
+    ),
+    "lexical meta a deep JSON": lambda snap, m: (snap / "lexical" / "meta.json").write_text(
+        DEEP_JSON
+    ),
+}
+"""Crafted files that FAISS, numpy or tantivy refused already (checked, not regressions)."""
+
+
 def save_v1(r: SmallToBigRetriever, path: Path) -> Path:
     """A save of format version 1, as langchain_s2b wrote it before columns (one JSON per line)."""
     r.save(path)
@@ -431,20 +599,61 @@ class TestFormatVersion1:
 
 
 class TestCraftedFiles:
-    @pytest.mark.parametrize("attack", sorted(CRAFTED))
+    @pytest.mark.parametrize("attack", sorted({**CRAFTED, **CRAFTED_MORE}))
     def test_crafted_file_is_a_clear_error(self, tmp_path: Path, attack: str) -> None:
         marker = tmp_path / "pwned"
         build().save(tmp_path / "idx")
         snap = snapshot(tmp_path / "idx")
-        CRAFTED[attack](snap, marker)
+        {**CRAFTED, **CRAFTED_MORE}[attack](snap, marker)
         if attack not in ("pickle as config",) and (snap / "s2b.json").exists():
-            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 reseal(snap)
         with pytest.raises(ValueError) as err:
             SmallToBigRetriever.load(tmp_path / "idx", emb())
-        assert str(err.value)
-        assert "Traceback" not in str(err.value)
+        assert len(str(err.value).splitlines()) == 1, str(err.value)
         assert not marker.exists()
+
+    @pytest.mark.parametrize("attack", sorted(CRAFTED_28))
+    def test_crafted_file_ends_in_one_line(self, tmp_path: Path, attack: str) -> None:
+        """Issue 28: every crafted file (checksums written again) is one ``ValueError`` line."""
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        CRAFTED_28[attack](snap, tmp_path / "pwned")
+        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            reseal(snap)
+        with pytest.raises(ValueError) as err:
+            SmallToBigRetriever.load(tmp_path / "idx", emb())
+        assert type(err.value) is ValueError
+        assert len(str(err.value).splitlines()) == 1, str(err.value)
+
+    def test_a_crafted_shape_is_one_line_when_it_is_read(self, tmp_path: Path) -> None:
+        """A shape is checked when first decoded: too deep a JSON is a ValueError then, too."""
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        lines = (snap / "nodes.shapes.jsonl").read_text().splitlines()
+        (snap / "nodes.shapes.jsonl").write_text("\n".join([DEEP_JSON] * len(lines)) + "\n")
+        reseal(snap)
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        with pytest.raises(ValueError, match="is not a list of \\[name, value\\] pairs") as err:
+            loaded.invoke(QUERIES[0])
+        assert len(str(err.value).splitlines()) == 1
+
+    def test_a_crafted_lexical_store_is_one_line_when_it_is_read(self, tmp_path: Path) -> None:
+        """Tantivy panics (a ``BaseException``) on a crafted store that only a read reaches."""
+        r = build()
+        r.invoke(QUERIES[0])  # the lexical index is built, and saved
+        r.save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        _flip_segment_byte(snap, ".store", crc=True, at=lambda body: body - 98)  # its skip index
+        reseal(snap)
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
+        index = loaded.vectorstore
+        assert isinstance(index, FaissIndex)
+        with pytest.raises(ValueError, match=r"^The lexical index is damaged \(tantivy: ") as err:
+            index.lexical().keys()
+        assert len(str(err.value).splitlines()) == 1
+        index.rebuild_lexical()  # what the message says to do
+        assert loaded.verify().ok
 
     def test_tampered_file_fails_its_checksum(self, tmp_path: Path) -> None:
         build().save(tmp_path / "idx")
@@ -482,6 +691,64 @@ SLOW_SAVE = textwrap.dedent(
     r.save(path)
     """
 ).format(dim=DIM)
+
+
+def _edit_lines(snap: Path, name: str, change: Callable[[str], str]) -> None:
+    lines = (snap / name).read_text().splitlines()
+    (snap / name).write_text("".join(change(line) + "\n" for line in lines))
+
+
+class TestCraftedValues:
+    """Issue 28: crafted values of a save that loads reached core as KeyError or TypeError."""
+
+    def _load(self, tmp_path: Path, name: str, change: Callable[[str], str]) -> SmallToBigRetriever:
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        _edit_lines(snap, name, change)
+        reseal(snap)
+        return SmallToBigRetriever.load(tmp_path / "idx", emb())
+
+    @staticmethod
+    def _one_line(call: Callable[[], Any], match: str) -> None:
+        with pytest.raises(ValueError, match=match) as err:
+            call()
+        assert len(str(err.value).splitlines()) == 1
+
+    def test_a_stored_document_without_an_id(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path, "nodes.other.jsonl", lambda line: line.replace('"id": "doc-2/manifest", ', "")
+        )
+        (manifest,) = loaded.docstore.mget(["doc-2/manifest"])
+        assert manifest is not None
+        assert manifest.id is None
+        assert manifest.metadata["source_id"] == "doc-2"
+
+    def test_a_leaf_whose_ancestors_are_malformed(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path,
+            "records.shapes.jsonl",
+            lambda line: re.sub(r'\["ancestors",\[.*?\]\]\]', '["ancestors",[[1]]]', line),
+        )
+        self._one_line(lambda: loaded.invoke(QUERIES[0]), r"^Child .* has malformed metadata;")
+
+    def test_a_node_whose_start_is_null(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path,
+            "nodes.shapes.jsonl",
+            lambda line: line.replace('["start"]', '["start",null]'),
+        )
+        call = lambda: loaded.invoke(QUERIES[0], max_tokens=60)  # noqa: E731 -- reads the leaves
+        self._one_line(call, r"^Node .* has malformed offsets")
+
+    def test_a_manifest_whose_levels_are_not_names(self, tmp_path: Path) -> None:
+        loaded = self._load(
+            tmp_path,
+            "nodes.other.jsonl",
+            lambda line: line.replace('"levels": ["child", "parent", "doc"]', '"levels": [[1]]'),
+        )
+        report = loaded.verify()
+        assert not report.ok
+        assert report.bad_manifests == [f"doc-{i}/manifest" for i in range(6)]
 
 
 class TestAtomicSave:
