@@ -46,6 +46,7 @@ def _restore(store: Store, *, read_only: bool = False) -> None:
     reading every leaf, and finds damage only where its search leads it.
     """
     store.restore(read_only=read_only)
+    _note_file_problem(store)
     left = store.index.unrestored
     if left:
         raise _damaged(store, f"{len(left)} chunk(s) without their vector, e.g. {left[0]!r}")
@@ -53,6 +54,28 @@ def _restore(store: Store, *, read_only: bool = False) -> None:
         dangling = store.dangling_chunks()
         if dangling:
             raise _damaged(store, f"{dangling} chunk(s) without their vector")
+
+
+def _note_file_problem(store: Store) -> None:
+    """One line when the FAISS file of the last commit was damaged: what this run did about it."""
+    problem = store.index.file_problem
+    if problem is None:
+        return
+    where = store.directory
+    did = (
+        "this run built the index from the database and wrote the file again"
+        if store.index.file_written
+        else "this run built the index from the database in memory (the file could not be "
+        f"written again: every command will do the same until s2b verify --repair --store "
+        f"{where} writes it)"
+    )
+    print(
+        one_line(
+            f"s2b: warning: the FAISS index file of {where} is damaged ({problem}); {did}; "
+            f"check the disk, and the rest of the store with s2b verify --store {where}"
+        ),
+        file=sys.stderr,
+    )
 
 
 @contextmanager
@@ -249,7 +272,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                 print(f"s2b: error: {directory} is damaged; run: {repair}", file=sys.stderr)
                 return 1
             code = _after_repair(store, found, out)
-            store.save_index(replace=found.index_file)
+            store.save_index(replace=found.index_file or found.file_problem is not None)
             return code
         finally:
             store.close()
@@ -267,6 +290,12 @@ def _report_health(found: health.Health, counts: dict[str, int] | None, out: Tex
         print(
             f"{found.damage.unchecked} vector(s) have no digest yet (an older store): "
             "the next s2b index or verify --repair adds them",
+            file=out,
+        )
+    if found.unrecorded:
+        print(
+            "the FAISS index file has no digest yet (an older store): "
+            "the next s2b index or verify --repair records it",
             file=out,
         )
 
@@ -295,6 +324,7 @@ def _problems(found: health.Health) -> list[str]:
         (len(found.lost), "file(s) with lost documents"),
         (len(found.unowned), "document(s) no indexed file holds"),
         (int(found.index_file), "FAISS index file that does not match the database"),
+        (int(found.file_problem is not None), f"damaged FAISS index file ({found.file_problem})"),
     ]
     return [f"{n} {what}" for n, what in counted if n]
 
@@ -337,11 +367,13 @@ def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:
         print("ok", file=out)
         return 0
     rows = len(found.damage.unreadable) + len(found.damage.vectors) + len(found.damage.children)
+    refaiss = found.index_file or found.file_problem is not None
     orphans = len(report.orphan_nodes) + len(report.orphan_children)
     print(
         f"repaired: {len(report.rebuilt)} document(s) rebuilt from their stored text, "
         f"{len(report.removed) + len(found.unowned)} removed, {rows} damaged row(s) and "
-        f"{orphans} orphan(s) deleted; {len(files) - len(gone)} file(s) read again from disk",
+        f"{orphans} orphan(s) deleted; {len(files) - len(gone)} file(s) read again from disk"
+        + ("; the FAISS index file written again" if refaiss else ""),
         file=out,
     )
     for path in gone:

@@ -22,6 +22,7 @@ mended in place: ``--repair`` then indexes the files again into a new file
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ from langchain_s2b.core.keys import (
 )
 from langchain_s2b.core.verify import VerifyReport
 from langchain_s2b.store.faiss_index import normalise
+from langchain_s2b.store.index_file import check as check_file
+from langchain_s2b.store.index_file import index_file, read_record
 from langchain_s2b.store.sqlite import (
     Damage,
     Database,
@@ -66,6 +69,10 @@ class Health:
     """Documents no indexed file holds."""
     index_file: bool = False
     """The FAISS index file of the last commit does not hold the database's vectors."""
+    file_problem: str | None = None
+    """What is wrong with the bytes of the FAISS index file of the last commit."""
+    unrecorded: bool = False
+    """The FAISS index file has no recorded digest yet (a store made before digests)."""
 
     @property
     def ok(self) -> bool:
@@ -75,6 +82,7 @@ class Health:
             and self.report is not None
             and self.report.ok
             and not (self.bad_files or self.lost or self.unowned or self.index_file)
+            and self.file_problem is None
         )
 
 
@@ -92,7 +100,9 @@ def _check(store: Store, *, repair: bool) -> Health:
     damage = find_damage(store.db, store.docstore)
     health = Health(damage, bad_files=store.damaged_files())
     bad = set(damage.children) | set(damage.unreadable)
-    if not store.restore():  # read from its file: it must hold what the database holds
+    _check_file(store, health)
+    read = not store.restore(mend=repair)
+    if read and health.file_problem is None:  # read from its file: it must hold the database's
         health.index_file = not index_matches(store, bad, set(damage.vectors))
     if repair:
         mend(store.db, damage)
@@ -108,6 +118,18 @@ def _check(store: Store, *, repair: bool) -> Health:
             store.drop_file(path)
         store.retriever.delete(health.unowned)
     return health
+
+
+def _check_file(store: Store, health: Health) -> None:
+    """The FAISS index file of the last commit: its size, header, count and digest."""
+    stamp = store.db.stamp()
+    file = None if stamp is None else index_file(store.directory, stamp)
+    if file is None or not os.path.lexists(file):
+        return  # none yet (an interrupted run): it is built and written, not damage
+    health.file_problem = check_file(file, store.db, digest=True)
+    if health.file_problem is not None:
+        health.file_problem = f"{file.name}: {health.file_problem}"
+    health.unrecorded = health.file_problem is None and read_record(store.db, file) is None
 
 
 def index_matches(store: Store, bad_keys: set[str], bad_vectors: set[int]) -> bool:

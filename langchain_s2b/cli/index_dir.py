@@ -103,13 +103,14 @@ class Store:
             hybrid=search,
         )
 
-    def restore(self, *, read_only: bool = False) -> bool:
+    def restore(self, *, read_only: bool = False, mend: bool = True) -> bool:
         """FAISS for the last commit: its file, else built and written; whether it was built.
 
         ``read_only``: the file is memory-mapped (the command writes nothing).
+        ``mend=False``: a damaged file is left as it is (``s2b verify``).
         """
         with self.db.read():
-            return self.index.open(self.directory, mapped=read_only)
+            return self.index.open(self.directory, mapped=read_only, mend=mend)
 
     def save_index(self, *, replace: bool = False) -> None:
         """After a writer's last commit: the FAISS file of the state it leaves.
