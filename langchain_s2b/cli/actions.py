@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -16,15 +17,30 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from langchain_s2b import evaluation
-from langchain_s2b.cli import display, health, indexer, progress, serve
-from langchain_s2b.cli.errors import UserError, damaged_store, one_line, safe, safe_json
-from langchain_s2b.cli.folder import counts_line
-from langchain_s2b.cli.index_dir import Store, open_or_create, open_store, writer_lock
+from langchain_s2b.cli import display, health, indexer, models, progress, serve
+from langchain_s2b.cli.errors import (
+    DamagedDatabaseError,
+    UserError,
+    damaged_store,
+    one_line,
+    safe,
+    safe_json,
+)
+from langchain_s2b.cli.folder import LISTING_FILE, counts_line, read_listing, unreadable
+from langchain_s2b.cli.index_dir import (
+    DB_FILE,
+    Store,
+    open_or_create,
+    open_store,
+    salvageable,
+    writer_lock,
+)
 from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, resolved
 from langchain_s2b.cli.options import EMBEDDING_ENV, TOKEN_ENV
 from langchain_s2b.cli.querying import TOKEN_COUNTERS, damaged, query_options
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, manifest_key
+from langchain_s2b.store.sqlite import Damage, Database
 
 EXIT_SKIPPED = 3
 
@@ -130,6 +146,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
             )
             store.save_index()
         finally:
+            store.save_listing()
             store.close()
     if not found.files and not done.removed:  # a folder with nothing to index (nor to remove)
         raise UserError(_nothing_to_index(args.paths, found, directory))
@@ -243,6 +260,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
             store.cache.collect_garbage(store.index.released)
             store.save_index()
         finally:
+            store.save_listing()
             store.close()
     print(
         one_line(f"deleted {len(chosen)} file(s) ({len(sources)} document(s)) from {directory}"),
@@ -258,12 +276,22 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     directory = Path(args.store)
     lock = writer_lock(directory, wait=not args.no_wait) if args.repair else nullcontext()
     with lock:
-        store = open_store(directory, wanted_embedding(args), writer=args.repair)
         try:
-            found, counts = health.check(store, repair=args.repair)
+            store = open_store(directory, wanted_embedding(args), writer=args.repair)
+        except DamagedDatabaseError:
+            if not args.repair:
+                raise
+            return _rebuild(directory, None, wanted_embedding(args), out)
+        try:
+            try:
+                found, counts = health.check(store, repair=args.repair)
+            except sqlite3.DatabaseError as err:  # a page that the check can not read
+                if not unreadable(err, directory):
+                    raise
+                found, counts = health.Health(Damage(database=[str(err)])), None
             _report_health(found, counts, out)
             if found.damage.database:
-                return _damaged_file(store, found, out, repair=args.repair)
+                return _damaged_file(store, found, args, out)
             if not args.repair:
                 if found.ok:
                     print("ok", file=out)
@@ -273,6 +301,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                 return 1
             code = _after_repair(store, found, out)
             store.save_index(replace=found.index_file or found.file_problem is not None)
+            store.save_listing()
             return code
         finally:
             store.close()
@@ -329,31 +358,82 @@ def _problems(found: health.Health) -> list[str]:
     return [f"{n} {what}" for n, what in counted if n]
 
 
-def _damaged_file(store: Store, found: health.Health, out: TextIO, *, repair: bool) -> int:
+def _damaged_file(store: Store, found: health.Health, args: argparse.Namespace, out: TextIO) -> int:
     """The database file itself is damaged: say so, or index the files into a new one."""
     where = store.directory
     first = one_line(found.damage.database[0])
-    if not repair:
+    if not args.repair:
         msg = (
             f"the database file in {where} is damaged ({first}); run: s2b verify --repair "
             f"--store {where} (it indexes the files again into a new database file)"
         )
         raise UserError(msg)
-    done = health.rebuild(store, on_skip=_on_skip, progress=progress.bar)
+    return _rebuild(where, store, wanted_embedding(args), out)
+
+
+def _rebuild(directory: Path, store: Store | None, wanted: str | None, out: TextIO) -> int:
+    """Index the files again into a new database file (``store``: the damaged one, if it opened).
+
+    Without an open store, the settings and the files come from ``s2b.json``
+    (and whatever the damaged file still lets be read). Call under the writer lock.
+    """
+    damaged: Database | None
+    if store is not None:
+        spec, model, damaged = store.spec, store.cache.model, store.db
+    else:
+        spec = _listed_spec(directory, wanted)
+        model, damaged = models.make_embedding(spec), salvageable(directory)
+    done = health.rebuild(directory, spec, model, damaged, on_skip=_on_skip, progress=progress.bar)
+    fresh = open_store(directory, spec, embedding=model, search=False, writer=True)
+    try:
+        _restore(fresh)
+        fresh.save_index()
+        fresh.save_listing()
+    finally:
+        fresh.close()
+    source = f", as {LISTING_FILE} lists them" if done.listed else ""
     print(
-        f"rebuilt: {done.done.added} file(s) indexed again into a new database file "
+        f"rebuilt: {done.done.added} file(s) indexed again into a new database file{source} "
         f"({done.vectors} vector(s) kept from the damaged one, {done.done.embedded} embedded)",
         file=out,
     )
+    if done.aside is not None:
+        print(one_line(f"the damaged database file is kept as {done.aside}"), file=out)
     for path in done.gone:
         print(one_line(f"s2b: could not rebuild {path}: the file is gone"), file=sys.stderr)
     if not done.complete:
         print(
             "s2b: the list of indexed files could be read only in part: index your folders "
-            f"again into --store {where} to add the rest",
+            f"again into --store {directory} to add the rest",
             file=sys.stderr,
         )
     return EXIT_SKIPPED if done.gone or done.done.skipped or not done.complete else 0
+
+
+def _listed_spec(directory: Path, wanted: str | None) -> str:
+    """The store's embedding as ``s2b.json`` records it; one line when it can not say."""
+    where = directory / DB_FILE
+    listing = read_listing(directory)
+    if listing is None:
+        msg = (
+            f"cannot repair {where}: it can not be read, and there is no {LISTING_FILE} beside "
+            "it to say which model the store uses and which files it indexed (a store made by "
+            f"an older s2b); index your files into a new --store"
+        )
+        raise UserError(msg)
+    recorded = listing.settings.get("embedding", "")
+    try:
+        spec = models.parse_spec(recorded)
+    except UserError:
+        msg = f"cannot repair {where}: {directory / LISTING_FILE} names no embedding"
+        raise UserError(msg) from None
+    if wanted is not None and models.parse_spec(wanted) != spec:
+        msg = (
+            f"{directory} was indexed with embedding {spec!r}, not {models.parse_spec(wanted)!r};"
+            f" repair it with --embedding {spec} (or none)"
+        )
+        raise UserError(msg)
+    return spec
 
 
 def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:

@@ -31,6 +31,10 @@ class UserError(Exception):
     """A mistake in the command line or its inputs, or a damaged store: one line."""
 
 
+class DamagedDatabaseError(UserError):
+    """The store's database file can not be read: ``s2b verify --repair`` indexes it again."""
+
+
 def safe(text: str) -> str:
     """``text`` without escape sequences and control characters (newline and tab stay).
 

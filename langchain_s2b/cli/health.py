@@ -23,14 +23,18 @@ mended in place: ``--repair`` then indexes the files again into a new file
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
 import numpy as np
+from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli import indexer
+from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.folder import LISTING_FILE, check_listing, read_listing
 from langchain_s2b.cli.index_dir import DB_FILE, Store, initialise, replace_database
 from langchain_s2b.cli.loaders import Found
 from langchain_s2b.core.keys import (
@@ -73,6 +77,10 @@ class Health:
     """What is wrong with the bytes of the FAISS index file of the last commit."""
     unrecorded: bool = False
     """The FAISS index file has no recorded digest yet (a store made before digests)."""
+    listing: str | None = None
+    """What is wrong with ``s2b.json`` (damaged, or not what the database lists)."""
+    unlisted: bool = False
+    """There is no ``s2b.json`` yet (a store made before it)."""
 
     @property
     def ok(self) -> bool:
@@ -83,6 +91,7 @@ class Health:
             and self.report.ok
             and not (self.bad_files or self.lost or self.unowned or self.index_file)
             and self.file_problem is None
+            and self.listing is None
         )
 
 
@@ -101,6 +110,8 @@ def _check(store: Store, *, repair: bool) -> Health:
     health = Health(damage, bad_files=store.damaged_files())
     bad = set(damage.children) | set(damage.unreadable)
     _check_file(store, health)
+    health.listing = check_listing(store.directory, store.db)
+    health.unlisted = not os.path.lexists(store.directory / LISTING_FILE)
     read = not store.restore(mend=repair)
     if read and health.file_problem is None:  # read from its file: it must hold the database's
         health.index_file = not index_matches(store, bad, set(damage.vectors))
@@ -212,33 +223,67 @@ class Rebuilt:
     gone: list[str]
     """Indexed files no longer on disk."""
     complete: bool
-    """Whether the list of indexed files could be read whole."""
+    """Whether the list of indexed files could be read whole (from the database or s2b.json)."""
+    listed: bool
+    """Whether the list came from ``s2b.json`` (the database's could not be read whole)."""
+    aside: Path | None
+    """Where the damaged database file was kept."""
 
 
 def rebuild(
-    store: Store, *, on_skip: Callable[[str, str], None], progress: indexer.Progress
+    directory: Path,
+    spec: str,
+    model: Embeddings,
+    damaged: Database | None,
+    *,
+    on_skip: Callable[[str, str], None],
+    progress: indexer.Progress,
 ) -> Rebuilt:
     """Index the store's files again into a new database file that replaces the damaged one.
 
+    The indexed files are those the damaged file still lists; when it can not
+    list them all, those ``s2b.json`` lists are added (see :mod:`.folder`).
     The vectors that the damaged file still holds whole are kept, so only the
-    rest is embedded again. Call under the writer lock; ``store`` is closed.
+    rest is embedded again. The damaged file is kept aside. Call under the
+    writer lock; ``damaged`` (the damaged database, if it opens at all) is closed.
     """
-    rows, complete = readable_rows(store.db, "SELECT path FROM files")
-    paths = [str(r[0]) for r in rows if isinstance(r[0], str)]
-    kept = salvage_vectors(store.db)
-    store.close()
-    fresh = store.directory / f"{DB_FILE}.rebuild"
+    paths, complete, kept = _salvage(damaged)
+    listed = False
+    if not complete:
+        try:
+            listing = read_listing(directory)
+        except UserError:
+            listing = None
+        if listing is not None:
+            paths = sorted({*paths, *listing.files})
+            complete = listed = True
+    fresh = directory / f"{DB_FILE}.rebuild"
     for name in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
         name.unlink(missing_ok=True)
     db = Database(fresh)
     try:
-        initialise(db, store.spec)
+        initialise(db, spec)
         with db.write():
             db.insert_vectors(kept)
-        new = Store(store.directory, db, store.spec, embedding=store.cache.model, search=False)
+        new = Store(directory, db, spec, embedding=model, search=False)
         done, gone = reread(new, paths, on_skip=on_skip, progress=progress)
         new.cache.collect_garbage()
     finally:
         db.close()
-    replace_database(store.directory, fresh)
-    return Rebuilt(done, len(kept), gone, complete)
+    aside = replace_database(directory, fresh, keep=True)
+    return Rebuilt(done, len(kept), gone, complete, listed, aside)
+
+
+def _salvage(damaged: Database | None) -> tuple[list[str], bool, list[tuple[bytes, bytes]]]:
+    """The paths a damaged database still lists (and whether all), and its whole vectors."""
+    if damaged is None:
+        return [], False, []
+    try:
+        rows, complete = readable_rows(damaged, "SELECT path FROM files")
+        try:
+            kept = salvage_vectors(damaged)
+        except sqlite3.DatabaseError:
+            kept = []
+        return [str(r[0]) for r in rows if isinstance(r[0], str)], complete, kept
+    finally:
+        damaged.close()

@@ -41,6 +41,7 @@ from langchain_s2b.cli.folder import (
     replace_database,
     size,
     store_error,
+    write_listing,
     writer_lock,
 )
 from langchain_s2b.cli.folder import _check_directory as check_directory
@@ -120,6 +121,15 @@ class Store:
         with self.db.read(), contextlib.suppress(OSError):
             self.index.write_file(self.directory, replace=replace)
 
+    def save_listing(self) -> None:
+        """At the end of a writer's run: ``s2b.json``, the settings and files it leaves.
+
+        Best effort: a store whose database or disk fails now says so in the
+        command's own error, and ``verify`` names a listing that is out of date.
+        """
+        with contextlib.suppress(OSError, sqlite3.Error):
+            write_listing(self.directory, self.db)
+
     def upgrade(self) -> bool:
         """Bring a store of an older schema up to date (call under the writer lock)."""
         if self.db.schema() >= SCHEMA_VERSION:
@@ -198,6 +208,16 @@ def open_store(
             db.add_vector_digests()
             store.upgrade()
     return store
+
+
+def salvageable(directory: Path) -> Database | None:
+    """The store's damaged database file, opened to read what it still can (``None``: not even)."""
+    if not (directory / DB_FILE).is_file():
+        return None
+    try:
+        return Database(directory / DB_FILE)
+    except sqlite3.Error:
+        return None
 
 
 def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) -> Store:
