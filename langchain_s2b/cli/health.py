@@ -119,7 +119,7 @@ def _check(store: Store, *, repair: bool) -> Health:
         mend(store.db, damage)
         for path in health.bad_files:
             store.drop_file(path)
-        if health.index_file or bad or damage.vectors:  # FAISS as the mended database holds
+        if health.index_file or health.file_problem or bad or damage.vectors:  # FAISS anew
             store.index.build()
     health.report = store.retriever.verify(repair=repair, digests=True)
     health.report.lexical_missing = [k for k in health.report.lexical_missing if k not in bad]

@@ -394,10 +394,13 @@ class TestDamageIsDetected:
         )
         code, out, err = _run(capsys, "verify", "--store", str(store), "--repair")
         assert (code, err) == (0, "")
-        assert out.splitlines()[-1] == (
+        (aside,) = store.glob("s2b.sqlite.damaged-*")
+        assert out.splitlines()[-2:] == [
             "rebuilt: 2 file(s) indexed again into a new database file "
-            "(4 vector(s) kept from the damaged one, 0 embedded)"
-        )
+            "(4 vector(s) kept from the damaged one, 0 embedded)",
+            f"the damaged database file is kept as {aside}",
+        ]
+        assert aside.read_bytes() == bytes(data)
         assert _run(capsys, "verify", "--store", str(store))[1].splitlines() == [HEALTHY, "ok"]
         assert _rows_without_keys(_tables(store)) == _rows_without_keys(clean)
 

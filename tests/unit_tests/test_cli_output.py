@@ -166,11 +166,21 @@ class TestErrors:
         code, _, err = _run(capsys, "query", "q", "--store", str(store))
         assert (code, err) == (
             1,
-            f"s2b: error: bad configuration in {store / 's2b.sqlite'}: embedding 'bert'\n",
+            f"s2b: error: bad configuration in {store / 's2b.sqlite'}: embedding 'bert'; run: s2b "
+            f"verify --repair --store {store} (it indexes the files again into a new database "
+            "file)\n",
         )
         (store / "s2b.sqlite").write_bytes(b"this is not a database, just some bytes" * 100)
         for name in ("s2b.sqlite-wal", "s2b.sqlite-shm"):
             (store / name).unlink(missing_ok=True)
+        code, _, err = _run(capsys, "list", "--store", str(store))
+        assert (code, err) == (  # s2b.json says an s2b database was there: it is damaged
+            1,
+            f"s2b: error: the database file {store / 's2b.sqlite'} is damaged (file is not a "
+            f"database); run: s2b verify --repair --store {store} (it indexes the files again "
+            "into a new database file)\n",
+        )
+        (store / "s2b.json").unlink()  # nothing says what it was
         code, _, err = _run(capsys, "list", "--store", str(store))
         assert (code, err) == (
             1,
