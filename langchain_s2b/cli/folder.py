@@ -281,8 +281,9 @@ def opening_error(err: sqlite3.Error, directory: Path) -> UserError:
 def unreadable(err: sqlite3.Error | OSError, directory: Path) -> bool:
     """Whether ``err`` says the store's database file is damaged (beyond a transient error).
 
-    "file is not a database" counts when the store's listing (``s2b.json``)
-    says that an s2b database was there.
+    "file is not a database" (or "unsupported file format": a damaged header)
+    counts when the store's listing (``s2b.json``) says that an s2b database
+    was there.
     """
     kind = _error_kind(err)
     return kind == "corrupt" or (kind == "notadb" and _has_listing(directory))
@@ -313,7 +314,7 @@ def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool 
         )
     if kind == "io":
         return f"cannot read or write {where} ({err}); check the disk"
-    if kind == "corrupt" or (kind == "notadb" and _has_listing(directory)):
+    if unreadable(err, directory):
         return f"the database file {where} is damaged ({err}); {_repair_hint(directory)}"
     if kind == "notadb" or (kind is None and opening):
         return f"{where} is not an s2b index database ({err})"
@@ -327,6 +328,8 @@ _MESSAGES = {
     "disk i/o error": "io",
     "file is not a database": "notadb",
     "database disk image is malformed": "corrupt",
+    "malformed database schema": "corrupt",
+    "unsupported file format": "notadb",
 }
 
 
