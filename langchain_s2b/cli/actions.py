@@ -25,6 +25,8 @@ from langchain_s2b.cli.errors import (
     one_line,
     safe,
     safe_json,
+    shown_name,
+    unescape_name,
 )
 from langchain_s2b.cli.folder import LISTING_FILE, counts_line, read_listing, unreadable
 from langchain_s2b.cli.index_dir import (
@@ -35,7 +37,7 @@ from langchain_s2b.cli.index_dir import (
     salvageable,
     writer_lock,
 )
-from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, resolved
+from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, own_path, resolved
 from langchain_s2b.cli.options import EMBEDDING_ENV, TOKEN_ENV
 from langchain_s2b.cli.querying import TOKEN_COUNTERS, damaged, query_options
 from langchain_s2b.core.hits import MissingNodeError
@@ -118,11 +120,11 @@ def _reading(store: Store) -> Iterator[Store]:
 
 
 def _on_skip(path: str, reason: str) -> None:
-    print(one_line(f"s2b: skipped {path}: {reason}"), file=sys.stderr)
+    print(one_line(f"s2b: skipped {shown_name(path)}: {reason}"), file=sys.stderr)
 
 
 def _on_note(path: str, note: str) -> None:
-    print(one_line(f"s2b: note: {path}: {note}"), file=sys.stderr)
+    print(one_line(f"s2b: note: {shown_name(path)}: {note}"), file=sys.stderr)
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
@@ -175,6 +177,7 @@ def _passed_over(found: Found) -> str:
     parts = [
         f"{found.hidden} hidden (names starting with '.')" if found.hidden else "",
         f"{found.other} of another type" if found.other else "",
+        f"{found.special} {_SPECIAL}" if found.special else "",
     ]
     listed = ", ".join(p for p in parts if p)
     return f"; passed over {listed}" if listed else ""
@@ -198,11 +201,19 @@ def _report_index(done: indexer.Outcome, found: Found, directory: Path, out: Tex
     parts = [
         f"{found.hidden} hidden (names starting with '.')" if found.hidden else "",
         f"{found.other} of an unsupported type" if found.other else "",
+        f"{found.special} {_SPECIAL}" if found.special else "",
         f"{len(done.skipped)} unreadable" if done.skipped else "",
     ]
-    skipped = found.hidden + found.other + len(done.skipped)
+    skipped = found.hidden + found.other + found.special + len(done.skipped)
     if skipped:
         print(f"skipped {skipped} file(s): {', '.join(p for p in parts if p)}", file=out)
+    if found.links:
+        print(
+            f"read once: {found.links} link(s) to a file this run reads by its real path", file=out
+        )
+
+
+_SPECIAL = "not regular files (FIFOs, sockets, devices, links to none)"
 
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
@@ -245,8 +256,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
             chosen: dict[str, Any] = {}
             missing = []
             for raw in args.paths:
-                path = str(resolved(raw))
-                hits = [p for p in rows if p == path or p.startswith(path.rstrip(os.sep) + os.sep)]
+                hits = _indexed_under(raw, rows)
                 chosen.update((p, rows[p]) for p in hits)
                 if not hits:
                     missing.append(raw)
@@ -267,8 +277,28 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
         file=out,
     )
     for raw in missing:
-        print(one_line(f"s2b: error: {raw} is not in the index (see s2b list)"), file=sys.stderr)
+        print(
+            one_line(f"s2b: error: {shown_name(raw)} is not in the index (see s2b list)"),
+            file=sys.stderr,
+        )
     return 1 if missing else 0
+
+
+def _indexed_under(raw: str, rows: dict[str, Any]) -> list[str]:
+    """The indexed files that ``raw`` names: the file, or every file under the folder.
+
+    ``raw`` is taken as typed, else as ``s2b list`` shows a name with escapes
+    (:func:`~.errors.unescape_name`); each as its real path, and as its own
+    path in its real folder (a link inside an indexed folder is indexed under
+    its own name).
+    """
+    for text in dict.fromkeys([raw, unescape_name(raw)]):
+        for path in dict.fromkeys([str(resolved(text)), str(own_path(text))]):
+            under = path.rstrip(os.sep) + os.sep
+            hits = [p for p in rows if p == path or p.startswith(under)]
+            if hits:
+                return hits
+    return []
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
@@ -400,7 +430,10 @@ def _rebuild(directory: Path, store: Store | None, wanted: str | None, out: Text
     if done.aside is not None:
         print(one_line(f"the damaged database file is kept as {done.aside}"), file=out)
     for path in done.gone:
-        print(one_line(f"s2b: could not rebuild {path}: the file is gone"), file=sys.stderr)
+        print(
+            one_line(f"s2b: could not rebuild {shown_name(path)}: the file is gone"),
+            file=sys.stderr,
+        )
     if not done.complete:
         print(
             "s2b: the list of indexed files could be read only in part: index your folders "
@@ -459,7 +492,8 @@ def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:
     for path in gone:
         print(
             one_line(
-                f"s2b: could not rebuild {path}: the file is gone; its documents left the index"
+                f"s2b: could not rebuild {shown_name(path)}: the file is gone; its documents "
+                "left the index"
             ),
             file=sys.stderr,
         )
