@@ -319,7 +319,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                 if not unreadable(err, directory):
                     raise
                 found, counts = health.Health(Damage(database=[str(err)])), None
-            _report_health(found, counts, out)
+            _report_health(found, counts, out, directory)
             if found.damage.database:
                 return _damaged_file(store, found, args, out)
             if not args.repair:
@@ -337,7 +337,12 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             store.close()
 
 
-def _report_health(found: health.Health, counts: dict[str, int] | None, out: TextIO) -> None:
+def _report_health(
+    found: health.Health,
+    counts: dict[str, int] | None,
+    out: TextIO,
+    directory: Path | None = None,
+) -> None:
     report = found.report
     nodes = f", {report.nodes} node(s)" if report is not None else ""
     if counts is not None:
@@ -355,6 +360,12 @@ def _report_health(found: health.Health, counts: dict[str, int] | None, out: Tex
         print(
             "the FAISS index file has no digest yet (an older store): "
             "the next s2b index or verify --repair records it",
+            file=out,
+        )
+    if found.unlisted and directory is not None:
+        print(
+            f"no {directory / LISTING_FILE} yet (an older store): "
+            "the next s2b index or verify --repair writes it",
             file=out,
         )
 
@@ -384,6 +395,7 @@ def _problems(found: health.Health) -> list[str]:
         (len(found.unowned), "document(s) no indexed file holds"),
         (int(found.index_file), "FAISS index file that does not match the database"),
         (int(found.file_problem is not None), f"damaged FAISS index file ({found.file_problem})"),
+        (int(found.listing is not None), f"damaged {LISTING_FILE} ({found.listing})"),
     ]
     return [f"{n} {what}" for n, what in counted if n]
 
@@ -486,7 +498,8 @@ def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:
         f"repaired: {len(report.rebuilt)} document(s) rebuilt from their stored text, "
         f"{len(report.removed) + len(found.unowned)} removed, {rows} damaged row(s) and "
         f"{orphans} orphan(s) deleted; {len(files) - len(gone)} file(s) read again from disk"
-        + ("; the FAISS index file written again" if refaiss else ""),
+        + ("; the FAISS index file written again" if refaiss else "")
+        + (f"; {LISTING_FILE} written again" if found.listing is not None else ""),
         file=out,
     )
     for path in gone:

@@ -349,7 +349,7 @@ def _summary(reader: str, logged: list[str]) -> str:
 
 
 def _jsonl(text: str) -> list[Document]:
-    """One document per row; a row repeated (same id, text and metadata) is kept once.
+    r"""One document per row; a row repeated (same id, text and metadata) is kept once.
 
     Rows are split on ``"\n"`` only: U+2028, U+0085 and the other characters
     that ``str.splitlines`` also breaks at are legal raw inside a JSON string

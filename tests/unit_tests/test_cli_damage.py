@@ -19,10 +19,12 @@ Hypothesis draws the rest (``S2B_DAMAGE_EXAMPLES``, default 25; CI 60).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,171 @@ def test_damage_anywhere(
     size = store_file(template / "store", which).stat().st_size
     at = int(where * (size - 1)) if isinstance(where, float) else int(where)
     check_damage(template, tmp_path / "store", which, kind, at, junk)
+
+
+# The findings of issue 28, each with its exact answer ------------------------------------
+
+
+@pytest.fixture
+def store(template: Path, tmp_path: Path) -> Path:
+    """A copy of the template's store (its files are the template folder's)."""
+    shutil.copytree(template / "store", tmp_path / "store")
+    return tmp_path / "store"
+
+
+def count(template: Path, table: str) -> int:
+    """Rows of a table of the template's store (the same files indexed once)."""
+    with contextlib.closing(sqlite3.connect(template / "store" / "s2b.sqlite")) as db:
+        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def _marker_texts(template: Path, store: Path) -> None:
+    for rel, marker in MARKERS.items():
+        code, out, err = run("query", marker, "--store", str(store), "--json", "-k", "1")
+        assert (code, err) == (0, ""), err
+        (result,) = json.loads(out)["results"]
+        assert result["metadata"]["source_id"] == str(template / "folder" / rel)
+
+
+class TestTheFaissFile:
+    def test_cut_to_half_verify_sees_it_and_repair_writes_it_again(self, store: Path) -> None:
+        file = store_file(store, "faiss")
+        whole = file.read_bytes()
+        file.write_bytes(whole[: len(whole) // 2])
+        code, out, err = run("verify", "--store", str(store))
+        assert code == 1
+        assert out.splitlines()[1:] == [
+            f"damaged: 1 damaged FAISS index file ({file.name}: it is {len(whole) // 2} bytes; "
+            f"{len(whole)} were written)"
+        ]
+        assert err == f"s2b: error: {store} is damaged; run: s2b verify --repair --store {store}\n"
+        code, out, err = run("verify", "--repair", "--store", str(store))
+        assert (code, err) == (0, "")
+        assert out.splitlines()[-1].endswith("; the FAISS index file written again")
+        (again,) = store.glob("s2b.*.*.faiss")
+        assert again.read_bytes() == whole  # the same vectors, in the same order
+        code, out, err = run("verify", "--store", str(store))
+        assert (code, out.splitlines()[-1], err) == (0, "ok", "")
+
+    def test_a_garbled_header_is_said_once_by_the_query_that_writes_it_again(
+        self, template: Path, store: Path
+    ) -> None:
+        file = store_file(store, "faiss")
+        whole = file.read_bytes()
+        file.write_bytes(b"IxQ9" + whole[4:])
+        code, out, err = run("query", "markbeta", "--store", str(store), "--json", "-k", "1")
+        assert code == 0
+        assert err == (
+            f"s2b: warning: the FAISS index file of {store} is damaged (its header is not a "
+            "FAISS IndexIDMap2 over a flat index (b'IxQ9', b'IxFI')); this run built the index "
+            "from the database and wrote the file again; check the disk, and the rest of the "
+            f"store with s2b verify --store {store}\n"
+        )
+        assert [r["metadata"]["source_id"] for r in json.loads(out)["results"]] == [
+            str(template / "folder" / "b.md")
+        ]
+        assert file.read_bytes() == whole
+        _marker_texts(template, store)  # the next queries read the file, and say nothing
+
+    def test_a_garbled_vector_only_its_digest_tells(self, store: Path) -> None:
+        file = store_file(store, "faiss")
+        raw = bytearray(file.read_bytes())
+        raw[200] ^= 0x40  # inside the first vector: size and header unchanged
+        file.write_bytes(bytes(raw))
+        code, out, _ = run("verify", "--store", str(store))
+        assert code == 1
+        assert out.splitlines()[1] == (
+            f"damaged: 1 damaged FAISS index file ({file.name}: its SHA-256 is not the one "
+            "recorded when it was written)"
+        )
+        assert run("verify", "--repair", "--store", str(store))[0] == 0
+        assert run("verify", "--store", str(store))[:2] == (0, out.splitlines()[0] + "\nok\n")
+
+    def test_a_store_without_records_opens_and_its_next_writer_records(
+        self, template: Path, store: Path
+    ) -> None:
+        """A store made before the record and ``s2b.json``: read as it is, recorded once."""
+        with contextlib.closing(sqlite3.connect(store / "s2b.sqlite")) as db, db:
+            db.execute("DELETE FROM meta WHERE name = 'faiss_file'")
+        (store / "s2b.json").unlink()
+        code, out, err = run("verify", "--store", str(store))
+        assert (code, err) == (0, "")
+        assert out.splitlines()[1:] == [
+            "the FAISS index file has no digest yet (an older store): the next s2b index or "
+            "verify --repair records it",
+            f"no {store / 's2b.json'} yet (an older store): the next s2b index or verify "
+            "--repair writes it",
+            "ok",
+        ]
+        _marker_texts(template, store)
+        code, out, err = run("index", str(template / "folder"), "--store", str(store))
+        assert (code, err) == (0, "")
+        code, out, err = run("verify", "--store", str(store))
+        assert (code, out.splitlines()[1:], err) == (0, ["ok"], "")
+        file = store_file(store, "faiss")
+        with contextlib.closing(sqlite3.connect(store / "s2b.sqlite")) as db:
+            (value,) = db.execute("SELECT value FROM meta WHERE name = 'faiss_file'").fetchone()
+        assert json.loads(value) == {
+            "name": file.name,
+            "size": file.stat().st_size,
+            "count": count(template, "children"),
+            "dim": 256,
+            "sha256": hashlib.sha256(file.read_bytes()).hexdigest(),
+        }
+
+
+class TestTheDatabaseFile:
+    @pytest.mark.parametrize("at", [100, 0])
+    def test_damage_sqlite_can_not_read_past_is_indexed_again(
+        self, template: Path, store: Path, at: int
+    ) -> None:
+        database = store / "s2b.sqlite"
+        raw = bytearray(database.read_bytes())
+        raw[at : at + 16] = bytes(range(200, 216))
+        database.write_bytes(bytes(raw))
+        what = "database disk image is malformed" if at else "file is not a database"
+        line = (
+            f"s2b: error: the database file {database} is damaged ({what}); run: s2b verify "
+            f"--repair --store {store} (it indexes the files again into a new database file)\n"
+        )
+        for argv in (["list"], ["query", "markalpha"], ["verify"]):
+            assert run(*argv, "--store", str(store)) == (1, "", line), argv
+        code, out, err = run("verify", "--repair", "--store", str(store))
+        (aside,) = store.glob("s2b.sqlite.damaged-*")
+        assert (code, err) == (0, "")
+        assert out.splitlines() == [
+            "rebuilt: 3 file(s) indexed again into a new database file, as s2b.json lists them "
+            f"(0 vector(s) kept from the damaged one, {count(template, 'vectors')} embedded)",
+            f"the damaged database file is kept as {aside}",
+        ]
+        assert aside.read_bytes() == bytes(raw)
+        code, out, err = run("verify", "--store", str(store))
+        assert (code, out.splitlines()[-1], err) == (0, "ok", "")
+        _marker_texts(template, store)
+
+    def test_without_its_listing_the_repair_says_why_it_can_not(self, store: Path) -> None:
+        database = store / "s2b.sqlite"
+        raw = bytearray(database.read_bytes())
+        raw[100:116] = bytes(16)
+        database.write_bytes(bytes(raw))
+        (store / "s2b.json").unlink()
+        code, out, err = run("verify", "--repair", "--store", str(store))
+        assert (code, out) == (1, "")
+        assert err == (
+            f"s2b: error: cannot repair {database}: it can not be read, and there is no "
+            "s2b.json beside it to say which model the store uses and which files it indexed "
+            "(a store made by an older s2b); index your files into a new --store\n"
+        )
+
+    def test_a_damaged_listing_is_damage_that_repair_writes_again(self, store: Path) -> None:
+        listing = store / "s2b.json"
+        good = listing.read_bytes()
+        listing.write_bytes(good.replace(b"a.txt", b"A.txt"))
+        code, out, _ = run("verify", "--store", str(store))
+        assert code == 1
+        assert out.splitlines()[1] == (
+            f"damaged: 1 damaged s2b.json ({listing} is damaged (ValueError: its content is "
+            "not the one its SHA-256 was made of))"
+        )
+        assert run("verify", "--repair", "--store", str(store))[0] == 0
+        assert listing.read_bytes() == good
