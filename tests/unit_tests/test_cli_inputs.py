@@ -15,6 +15,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -167,13 +168,19 @@ class TestLinksAreMirroredLikeFiles:
         (folder / "link.md").symlink_to(outside / "o.md")
         (folder / "again.md").symlink_to(folder / "a.md")
         store = tmp_path / "s"
+        assert run("index", str(folder), "--store", str(store))[0] == 0
+        return folder, outside, store
+
+    def test_a_link_is_known_by_its_own_name_and_read_once(
+        self, folders: tuple[Path, Path, Path]
+    ) -> None:
+        folder, _, store = folders
+        shutil.rmtree(store)
         code, out, err = run("index", str(folder), "--store", str(store))
         assert (code, err) == (0, "")
-        assert (
-            out.splitlines()[1] == "read once: 1 link(s) to a file this run reads by its real path"
-        )
+        read_once = "read once: 1 link(s) to a file this run reads by its real path"
+        assert out.splitlines()[1] == read_once
         assert listed(store) == [str(folder / "a.md"), str(folder / "link.md")]
-        return folder, outside, store
 
     def test_a_removed_link_leaves_the_index(self, folders: tuple[Path, Path, Path]) -> None:
         folder, outside, store = folders
