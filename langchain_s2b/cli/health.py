@@ -225,7 +225,7 @@ class Rebuilt:
     complete: bool
     """Whether the list of indexed files could be read whole (from the database or s2b.json)."""
     listed: bool
-    """Whether the list came from ``s2b.json`` (the database's could not be read whole)."""
+    """Whether ``s2b.json`` listed files that the damaged database did not."""
     aside: Path | None
     """Where the damaged database file was kept."""
 
@@ -241,22 +241,22 @@ def rebuild(
 ) -> Rebuilt:
     """Index the store's files again into a new database file that replaces the damaged one.
 
-    The indexed files are those the damaged file still lists; when it can not
-    list them all, those ``s2b.json`` lists are added (see :mod:`.folder`).
+    The indexed files are those the damaged file still lists and those
+    ``s2b.json`` lists (see :mod:`.folder`): a damaged page can read as an
+    empty one, so what the damaged file says is never taken alone.
     The vectors that the damaged file still holds whole are kept, so only the
     rest is embedded again. The damaged file is kept aside. Call under the
     writer lock; ``damaged`` (the damaged database, if it opens at all) is closed.
     """
     paths, complete, kept = _salvage(damaged)
-    listed = False
-    if not complete:
-        try:
-            listing = read_listing(directory)
-        except UserError:
-            listing = None
-        if listing is not None:
-            paths = sorted({*paths, *listing.files})
-            complete = listed = True
+    try:
+        listing = read_listing(directory)
+    except UserError:
+        listing = None
+    listed = listing is not None and bool(set(listing.files) - set(paths))
+    if listing is not None:  # a damaged page can read as an empty one: never trust it alone
+        paths = sorted({*paths, *listing.files})
+        complete = True
     fresh = directory / f"{DB_FILE}.rebuild"
     for name in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
         name.unlink(missing_ok=True)

@@ -892,6 +892,7 @@ def salvage_vectors(db: Database) -> list[tuple[bytes, bytes]]:
     rows, whole = readable_rows(db, sql)
     if not whole:  # a damaged page: read the others one row at a time
         rows = _rows_one_by_one(db, sql)
+    rows = [(h, v, d) for h, v, d in rows if isinstance(h, bytes) and isinstance(v, bytes)]
     usable = _vectors_of_common_size({i: bytes(v) for i, (_, v, _) in enumerate(rows)})
     return [
         (bytes(h), bytes(v))
