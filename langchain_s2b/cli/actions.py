@@ -304,7 +304,9 @@ def _indexed_under(raw: str, rows: dict[str, Any]) -> list[str]:
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b verify --store DIR [--repair]``: every row, digest and document checked."""
     directory = Path(args.store)
-    lock = writer_lock(directory, wait=not args.no_wait) if args.repair else nullcontext()
+    lock = (
+        writer_lock(directory, wait=not args.no_wait, repair=True) if args.repair else nullcontext()
+    )
     with lock:
         try:
             store = open_store(directory, wanted_embedding(args), writer=args.repair)

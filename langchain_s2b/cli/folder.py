@@ -472,14 +472,20 @@ def check_listing(directory: Path, db: Database) -> str | None:
 
 
 @contextmanager
-def writer_lock(directory: Path, *, wait: bool, err: TextIO = sys.stderr) -> Iterator[None]:
-    """Hold the store's inter-process writer lock for the ``with`` block."""
+def writer_lock(
+    directory: Path, *, wait: bool, err: TextIO = sys.stderr, repair: bool = False
+) -> Iterator[None]:
+    """Hold the store's inter-process writer lock for the ``with`` block.
+
+    ``repair``: the run repairs the store (``verify --repair``), which may
+    find its database file missing.
+    """
     try:
         from filelock import FileLock, Timeout
     except ImportError:
         msg = 's2b needs filelock to write an index safely: pip install "langchain-s2b[cli]"'
         raise UserError(msg) from None
-    if not _db_path(directory).exists():
+    if not _db_path(directory).exists() and not (repair and _has_listing(directory)):
         _check_directory(directory, creating=True)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)

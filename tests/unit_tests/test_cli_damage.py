@@ -350,3 +350,21 @@ class TestTheDatabaseFile:
         )
         assert run("verify", "--repair", "--store", str(store))[0] == 0
         assert listing.read_bytes() == good
+
+    def test_a_missing_database_file_is_indexed_again_from_its_listing(
+        self, template: Path, store: Path
+    ) -> None:
+        (store / "s2b.sqlite").unlink()
+        line = (
+            f"s2b: error: the database file {store / 's2b.sqlite'} is missing; run: s2b verify "
+            f"--repair --store {store} (it indexes the files again into a new database file)\n"
+        )
+        for argv in (["list"], ["query", "markalpha"], ["index", str(template / "folder")]):
+            assert run(*argv, "--store", str(store)) == (1, "", line), argv
+        code, out, err = run("verify", "--repair", "--store", str(store))
+        assert (code, err) == (0, "")
+        assert out == (
+            "rebuilt: 3 file(s) indexed again into a new database file, as s2b.json lists them "
+            f"(0 vector(s) kept from the damaged one, {count(template, 'vectors')} embedded)\n"
+        )
+        _marker_texts(template, store)
