@@ -194,15 +194,28 @@ def _digest(body: dict[str, Any]) -> str:
 
 
 def listing_of(db: Database) -> Listing:
-    """The listing of what the database holds (read in one snapshot)."""
+    """The listing of what the database holds (read in one snapshot).
+
+    Raises:
+        ValueError: a ``files`` row or a setting is damaged: a listing made
+            from it would replace a sound one with a wrong one.
+    """
     with db.read():
         rows = dict(db.conn.execute("SELECT name, value FROM meta").fetchall())
-        paths = [str(r[0]) for r in db.conn.execute("SELECT path FROM files ORDER BY path")]
-    return Listing({k: str(rows[k]) for k in SETTINGS if k in rows}, paths)
+        found = files(db)
+        damaged = damaged_files(db)
+    settings = {k: rows[k] for k in SETTINGS if isinstance(rows.get(k), str)}
+    if damaged or not {"format", "format_version", "embedding"} <= set(settings):
+        msg = "the database's list of files or its settings are damaged"
+        raise ValueError(msg)
+    return Listing(settings, list(found))
 
 
 def write_listing(directory: Path, db: Database) -> None:
-    """Write ``s2b.json`` from the database (call at the end of a run that writes the store)."""
+    """Write ``s2b.json`` from the database (call at the end of a run that writes the store).
+
+    Nothing is written when what the database lists is damaged (``ValueError``).
+    """
     write_text_atomic(directory / LISTING_FILE, listing_of(db).dumps())
 
 
@@ -466,7 +479,11 @@ def check_listing(directory: Path, db: Database) -> str | None:
         return str(err)
     if listed is None:
         return None
-    if listed.body() != listing_of(db).body():
+    try:
+        held = listing_of(db)
+    except ValueError as err:
+        return str(err)
+    if listed.body() != held.body():
         return f"{directory / LISTING_FILE} does not list what the database holds"
     return None
 

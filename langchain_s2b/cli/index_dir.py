@@ -125,9 +125,10 @@ class Store:
         """At the end of a writer's run: ``s2b.json``, the settings and files it leaves.
 
         Best effort: a store whose database or disk fails now says so in the
-        command's own error, and ``verify`` names a listing that is out of date.
+        command's own error, a damaged list of files is not copied over a sound
+        one, and ``verify`` names a listing that is out of date.
         """
-        with contextlib.suppress(OSError, sqlite3.Error):
+        with contextlib.suppress(OSError, sqlite3.Error, ValueError):
             write_listing(self.directory, self.db)
 
     def upgrade(self) -> bool:
