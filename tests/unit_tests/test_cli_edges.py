@@ -609,7 +609,8 @@ class TestMirror:
         assert code == 0
         assert _lines(out) == [
             f"indexed 1 file(s) into {store}: 1 added, 0 updated, 0 removed, 0 unchanged; "
-            "1 document(s), 1 chunk(s), 1 vector(s) (1 embedded, 0 reused)"
+            "1 document(s), 1 chunk(s), 1 vector(s) (1 embedded, 0 reused)",
+            "read once: 1 link(s) to a file this run reads by its real path",  # alias.rst
         ]
         assert _texts(capsys, store, "tapirs") == [("f", "Tapirs browse at night.\n")]
         code, out, _ = _run(

@@ -63,7 +63,7 @@ class TestHostileText:
         assert code == 0
         assert not any(c in out for c in RAW)
         assert "**Quokkas smile  at tourists.**" in out
-        assert out.splitlines()[0].split("  ")[2] == "evil"  # the title, sanitised
+        assert out.splitlines()[0].split("  ")[2] == "evil\\x1b[31m\\x07"  # the title, escaped
 
     def test_rich_output(self, hostile_store: Path) -> None:
         class Tty(io.StringIO):
@@ -87,7 +87,8 @@ class TestHostileText:
 
     def test_list_and_error_messages(self, hostile_store: Path, tmp_path: Path, capsys) -> None:
         code, out, _ = _run(capsys, "list", "--store", str(hostile_store))
-        assert out.splitlines()[0] == f"{tmp_path / 'docs' / 'evil.txt'}  1 document(s), 3 chunk(s)"
+        shown = f"{tmp_path / 'docs'}/evil\\x1b[31m\\x07.txt"  # as s2b delete takes it
+        assert out.splitlines()[0] == f"{shown}  1 document(s), 3 chunk(s)"
         code, _, err = _run(capsys, "index", str(tmp_path / "no\x1b]0;x\x07pe"), "--store", "s")
         assert (code, err) == (
             1,
