@@ -340,10 +340,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _report_health(
-    found: health.Health,
-    counts: dict[str, int] | None,
-    out: TextIO,
-    directory: Path | None = None,
+    found: health.Health, counts: dict[str, int] | None, out: TextIO, directory: Path
 ) -> None:
     report = found.report
     nodes = f", {report.nodes} node(s)" if report is not None else ""
@@ -364,7 +361,7 @@ def _report_health(
             "the next s2b index or verify --repair records it",
             file=out,
         )
-    if found.unlisted and directory is not None:
+    if found.unlisted:
         print(
             f"no {directory / LISTING_FILE} yet (an older store): "
             "the next s2b index or verify --repair writes it",

@@ -6,18 +6,25 @@ The checks go from the bytes up:
    check of the file, every text and metadata row decodes, every vector
    matches its digest, every child's vector is the one made for its text; and
    every indexed-file record decodes;
-2. the documents (:func:`~langchain_s2b.core.verify.check` with ``digests``):
+2. the files beside the database: the FAISS file of the last commit (its
+   size, header, count and SHA-256 against the record made when it was
+   written, :mod:`langchain_s2b.store.index_file`, and its ids and vectors
+   against the database's), and ``s2b.json`` (its digest, and that it lists
+   what the database holds);
+3. the documents (:func:`~langchain_s2b.core.verify.check` with ``digests``):
    manifests, nodes and child vectors agree, and each document's stored text,
    metadata and nodes give its manifest's digest;
-3. the files: every document of an indexed file is there, and every document
+4. the files: every document of an indexed file is there, and every document
    belongs to an indexed file.
 
 ``--repair`` deletes the damaged rows, rebuilds from its stored text every
 document whose text is sound, removes the others, and reads their files again
 from disk (:func:`reread`); a file that is gone is named: its documents can not
-be rebuilt. A damaged database file (SQLite's own check fails) can not be
-mended in place: ``--repair`` then indexes the files again into a new file
-(:func:`rebuild`), keeping the vectors whose digests still check out.
+be rebuilt. The FAISS file and ``s2b.json`` are written again. A database file
+that SQLite can not read (its own check fails, or it can not even be opened)
+can not be mended in place: ``--repair`` then indexes the files again into a
+new file (:func:`rebuild`): those the damaged file still lists and those
+``s2b.json`` lists, keeping the vectors whose digests still check out.
 """
 
 from __future__ import annotations
