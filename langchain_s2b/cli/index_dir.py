@@ -27,6 +27,7 @@ from langchain_s2b.cli import models
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.cli.folder import (
     DB_FILE,
+    FAISS_FILES,
     LOCK_FILE,
     FileRow,
     connect,
@@ -117,9 +118,14 @@ class Store:
         """After a writer's last commit: the FAISS file of the state it leaves.
 
         ``replace``: write it even if a file for that state exists (a repair).
+        Files of another database (a reader of a replaced one wrote late) go.
         """
         with self.db.read(), contextlib.suppress(OSError):
             self.index.write_file(self.directory, replace=replace)
+            stamp = self.db.stamp()
+            for other in self.directory.glob(FAISS_FILES):
+                if stamp is not None and other.name.split(".")[1] != stamp[0]:
+                    other.unlink(missing_ok=True)
 
     def save_listing(self) -> None:
         """At the end of a writer's run: ``s2b.json``, the settings and files it leaves.

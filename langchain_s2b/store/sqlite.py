@@ -749,8 +749,7 @@ class SQLiteFaissIndex(FaissIndex):
         if stamp is None:
             return False
         if self._index is None:  # no leaves: no file, for this state or an older one
-            for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):
-                other.unlink(missing_ok=True)
+            _remove_older(directory, stamp, keep=None)
             return False
         file = index_file(directory, stamp)
         wait = self.db.timeout if wait is None else wait
@@ -759,15 +758,25 @@ class SQLiteFaissIndex(FaissIndex):
             write_index_file(self._index, self.db, file, wait=wait)
         elif read_record(self.db, file) is None and check_file(file, self.db) is None:
             record_existing(self.db, file, wait=wait)
-        for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):
-            if other != file:
-                other.unlink(missing_ok=True)
+        _remove_older(directory, stamp, keep=file)
         return written
 
     def restore(self, docstore: BaseStore[str, Document] | None = None) -> int:
         """Build FAISS from the database (call inside a read transaction); the leaves in it."""
         self.build()
         return 0 if self._index is None else int(self._index.ntotal)
+
+
+def _remove_older(directory: Path, stamp: tuple[str, int], *, keep: Path | None) -> None:
+    """Remove the FAISS files of this database's earlier commits (and ``stamp``'s, but ``keep``).
+
+    A later commit's file is left: a command that reads an older snapshot
+    must not remove the file a writer just wrote.
+    """
+    for other in directory.glob(INDEX_FILE.format(database=stamp[0], commit="*")):
+        commit = other.name.split(".")[2]
+        if other != keep and (not commit.isdigit() or int(commit) <= stamp[1]):
+            other.unlink(missing_ok=True)
 
 
 def _common_size(db: Database) -> int:
