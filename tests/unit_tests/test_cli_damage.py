@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from langchain_s2b.cli.commands import main
+from langchain_s2b.cli.index_dir import open_store
 
 CI = os.environ.get("CI", "").lower() == "true"
 EXAMPLES = int(os.environ.get("S2B_DAMAGE_EXAMPLES", 60 if CI else 25))
@@ -293,6 +294,37 @@ class TestTheFaissFile:
             "dim": 256,
             "sha256": hashlib.sha256(file.read_bytes()).hexdigest(),
         }
+
+    def test_a_reader_of_an_older_snapshot_leaves_a_later_commits_file(
+        self, template: Path, tmp_path: Path
+    ) -> None:
+        folder = tmp_path / "folder"
+        shutil.copytree(template / "folder", folder)
+        store = tmp_path / "store"
+        assert run("index", str(folder), "--store", str(store))[0] == 0
+        (first,) = store.glob("s2b.*.*.faiss")
+        first.unlink()  # the next command builds it
+        reader = open_store(store, "fake")
+        try:
+            with reader.db.read():
+                assert reader.db.stamp() == stamp_of(first)  # the reader's snapshot begins
+                (folder / "a.txt").write_text("Ocean tower markalpha, edited.")
+                assert run("index", str(folder), "--store", str(store))[0] == 0
+                (later,) = store.glob("s2b.*.*.faiss")
+                assert reader.index.open(store, mapped=True)  # built: its file was gone
+        finally:
+            reader.close()
+        assert sorted(p.name for p in store.glob("s2b.*.*.faiss")) == sorted(
+            [first.name, later.name]
+        )
+        code, out, err = run("verify", "--store", str(store))  # reads the later commit
+        assert (code, out.splitlines()[-1], err) == (0, "ok", "")
+
+
+def stamp_of(file: Path) -> tuple[str, int]:
+    """The ``(database id, commit)`` a FAISS file's name gives."""
+    _, ident, commit, _ = file.name.split(".")
+    return ident, int(commit)
 
 
 class TestTheDatabaseFile:
