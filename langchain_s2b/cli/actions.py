@@ -80,13 +80,16 @@ def _note_file_problem(store: Store) -> None:
     if problem is None:
         return
     where = store.directory
-    did = (
-        "this run built the index from the database and wrote the file again"
-        if store.index.file_written
-        else "this run built the index from the database in memory (the file could not be "
-        f"written again: every command will do the same until s2b verify --repair --store "
-        f"{where} writes it)"
-    )
+    if not store.index.file_written:
+        did = (
+            "this run built the index from the database in memory (the file could not be "
+            "written again: every command will do the same until s2b verify --repair --store "
+            f"{where} writes it)"
+        )
+    elif store.index._index is None:
+        did = "this run removed it (the store holds no chunks: it needs none)"
+    else:
+        did = "this run built the index from the database and wrote the file again"
     print(
         one_line(
             f"s2b: warning: the FAISS index file of {where} is damaged ({problem}); {did}; "

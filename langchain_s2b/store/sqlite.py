@@ -619,7 +619,8 @@ class SQLiteFaissIndex(FaissIndex):
         self.file_problem: str | None = None
         """What was wrong with the FAISS file of the state the last :meth:`open` read."""
         self.file_written = False
-        """Whether the last :meth:`open` wrote the file of its state (it had to build FAISS)."""
+        """Whether the last :meth:`open` wrote the file of its state (it had to build FAISS);
+        for a damaged file of a state without chunks: whether it removed it."""
 
     @property
     def released(self) -> set[int]:
@@ -690,6 +691,8 @@ class SQLiteFaissIndex(FaissIndex):
             with contextlib.suppress(OSError):
                 replace = self.file_problem is not None
                 self.file_written = self.write_file(directory, replace=replace, wait=_READER_WAIT)
+        if file is not None and self.file_problem is not None and self._index is None:
+            self.file_written = not os.path.lexists(file)  # no chunks: no file
         return True
 
     def _adopt(self, index: Any) -> None:
