@@ -6,9 +6,9 @@ Run ``make demo``, or by hand::
     python examples/demo.py --store .s2b-demo
 
 It opens the index that ``s2b index`` built (one SQLite database of nodes,
-manifests and child vectors; FAISS is rebuilt in memory from it), asks a few
-of the dataset's questions in each mode, calls the retriever as an agent tool,
-and evaluates the modes against plain sentence retrieval on a sample.
+manifests and child vectors, and the FAISS index file of its last commit), asks
+a few of the dataset's questions in each mode, calls the retriever as an agent
+tool, and evaluates the modes against plain sentence retrieval on a sample.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from langchain_s2b.cli.index_dir import open_store
 from langchain_s2b.core.budget import estimate_tokens
 from langchain_s2b.evaluation import (
     Question,
+    Report,
     evaluate,
     load_questions,
-    markdown_table,
 )
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
 from langchain_s2b.tools import as_tool
@@ -91,6 +91,33 @@ def agent_tool(retriever: SmallToBigRetriever, question: Question) -> None:
               f" matched {spans}")  # fmt: skip
 
 
+def eval_table(reports: list[Report]) -> str:
+    """The modes side by side: at ``k``, then hit rate and tokens returned at each budget.
+
+    A row's budget columns follow its own rule (cut at B, or told B with
+    ``+ max_tokens``); its ``k`` columns do not depend on a budget, so a
+    ``+ max_tokens`` row leaves them to its mode's row ("-").
+    """
+    budgets = sorted({b for r in reports for b in r.hit_at})
+    head = ["retriever", "k", "tokens@k", "hit %", "answer %", "evidence recall %"]
+    head += [name for b in budgets for name in (f"hit@{b} %", f"tokens@{b}")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in reports:
+        told = r.main_rule == "told"
+        at_k = [f"{r.mean_tokens:.0f}", _pct(r.hit_rate), _pct(r.answer_rate)]
+        at_k += [_pct(r.evidence_recall)]
+        cells = [r.name, str(r.k), *(["-"] * len(at_k) if told else at_k)]
+        for b in budgets:
+            tokens = r.tokens_at.get(b)
+            cells += [_pct(r.hit_at.get(b)), "n/a" if tokens is None else f"{tokens:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
 def main() -> None:
     """Parse the options and run the tour."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -125,9 +152,10 @@ def main() -> None:
             for n, r in rows.items()
             if n in MODES
         ]
-        print(f"\nEvaluation on {len(subset)} questions, k=3 (rates in %; hit@B: results joined")
-        print("in rank order and cut at B tokens, or told the budget with `+ max_tokens`):\n")
-        print(markdown_table(reports))
+        print(f"\nEvaluation on {len(subset)} questions, k=3 (rates in %; hit@B and tokens@B:")
+        print("results joined in rank order and cut at B tokens, or told the budget with")
+        print("`+ max_tokens`, whose rows differ from their mode's only at a budget):\n")
+        print(eval_table(reports))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -16,15 +17,32 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from langchain_s2b import evaluation
-from langchain_s2b.cli import display, health, indexer, progress, serve
-from langchain_s2b.cli.errors import UserError, damaged_store, one_line, safe, safe_json
-from langchain_s2b.cli.folder import counts_line
-from langchain_s2b.cli.index_dir import Store, open_or_create, open_store, writer_lock
-from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, resolved
+from langchain_s2b.cli import display, health, indexer, models, progress, serve
+from langchain_s2b.cli.errors import (
+    DamagedDatabaseError,
+    UserError,
+    damaged_store,
+    one_line,
+    safe,
+    safe_json,
+    shown_name,
+    unescape_name,
+)
+from langchain_s2b.cli.folder import LISTING_FILE, counts_line, read_listing, unreadable
+from langchain_s2b.cli.index_dir import (
+    DB_FILE,
+    Store,
+    open_or_create,
+    open_store,
+    salvageable,
+    writer_lock,
+)
+from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, own_path, resolved
 from langchain_s2b.cli.options import EMBEDDING_ENV, TOKEN_ENV
 from langchain_s2b.cli.querying import TOKEN_COUNTERS, cut_question, damaged, query_options
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, manifest_key
+from langchain_s2b.store.sqlite import Damage, Database
 
 EXIT_SKIPPED = 3
 
@@ -46,6 +64,7 @@ def _restore(store: Store, *, read_only: bool = False) -> None:
     reading every leaf, and finds damage only where its search leads it.
     """
     store.restore(read_only=read_only)
+    _note_file_problem(store)
     left = store.index.unrestored
     if left:
         raise _damaged(store, f"{len(left)} chunk(s) without their vector, e.g. {left[0]!r}")
@@ -53,6 +72,31 @@ def _restore(store: Store, *, read_only: bool = False) -> None:
         dangling = store.dangling_chunks()
         if dangling:
             raise _damaged(store, f"{dangling} chunk(s) without their vector")
+
+
+def _note_file_problem(store: Store) -> None:
+    """One line when the FAISS file of the last commit was damaged: what this run did about it."""
+    problem = store.index.file_problem
+    if problem is None:
+        return
+    where = store.directory
+    if not store.index.file_written:
+        did = (
+            "this run built the index from the database in memory (the file could not be "
+            "written again: every command will do the same until s2b verify --repair --store "
+            f"{where} writes it)"
+        )
+    elif store.index._index is None:
+        did = "this run removed it (the store holds no chunks: it needs none)"
+    else:
+        did = "this run built the index from the database and wrote the file again"
+    print(
+        one_line(
+            f"s2b: warning: the FAISS index file of {where} is damaged ({problem}); {did}; "
+            f"check the disk, and the rest of the store with s2b verify --store {where}"
+        ),
+        file=sys.stderr,
+    )
 
 
 @contextmanager
@@ -79,11 +123,11 @@ def _reading(store: Store) -> Iterator[Store]:
 
 
 def _on_skip(path: str, reason: str) -> None:
-    print(one_line(f"s2b: skipped {path}: {reason}"), file=sys.stderr)
+    print(one_line(f"s2b: skipped {shown_name(path)}: {reason}"), file=sys.stderr)
 
 
 def _on_note(path: str, note: str) -> None:
-    print(one_line(f"s2b: note: {path}: {note}"), file=sys.stderr)
+    print(one_line(f"s2b: note: {shown_name(path)}: {note}"), file=sys.stderr)
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
@@ -108,6 +152,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
             )
             store.save_index()
         finally:
+            store.save_listing()
             store.close()
     if not found.files and not done.removed:  # a folder with nothing to index (nor to remove)
         raise UserError(_nothing_to_index(args.paths, found, directory))
@@ -136,6 +181,7 @@ def _passed_over(found: Found) -> str:
     parts = [
         f"{found.hidden} hidden (names starting with '.')" if found.hidden else "",
         f"{found.other} of another type" if found.other else "",
+        f"{found.special} {_SPECIAL}" if found.special else "",
     ]
     listed = ", ".join(p for p in parts if p)
     return f"; passed over {listed}" if listed else ""
@@ -159,11 +205,19 @@ def _report_index(done: indexer.Outcome, found: Found, directory: Path, out: Tex
     parts = [
         f"{found.hidden} hidden (names starting with '.')" if found.hidden else "",
         f"{found.other} of an unsupported type" if found.other else "",
+        f"{found.special} {_SPECIAL}" if found.special else "",
         f"{len(done.skipped)} unreadable" if done.skipped else "",
     ]
-    skipped = found.hidden + found.other + len(done.skipped)
+    skipped = found.hidden + found.other + found.special + len(done.skipped)
     if skipped:
         print(f"skipped {skipped} file(s): {', '.join(p for p in parts if p)}", file=out)
+    if found.links:
+        print(
+            f"read once: {found.links} link(s) to a file this run reads by its real path", file=out
+        )
+
+
+_SPECIAL = "not regular files (FIFOs, sockets, devices, links to none)"
 
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
@@ -210,8 +264,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
             chosen: dict[str, Any] = {}
             missing = []
             for raw in args.paths:
-                path = str(resolved(raw))
-                hits = [p for p in rows if p == path or p.startswith(path.rstrip(os.sep) + os.sep)]
+                hits = _indexed_under(raw, rows)
                 chosen.update((p, rows[p]) for p in hits)
                 if not hits:
                     missing.append(raw)
@@ -225,27 +278,60 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
             store.cache.collect_garbage(store.index.released)
             store.save_index()
         finally:
+            store.save_listing()
             store.close()
     print(
         one_line(f"deleted {len(chosen)} file(s) ({len(sources)} document(s)) from {directory}"),
         file=out,
     )
     for raw in missing:
-        print(one_line(f"s2b: error: {raw} is not in the index (see s2b list)"), file=sys.stderr)
+        print(
+            one_line(f"s2b: error: {shown_name(raw)} is not in the index (see s2b list)"),
+            file=sys.stderr,
+        )
     return 1 if missing else 0
+
+
+def _indexed_under(raw: str, rows: dict[str, Any]) -> list[str]:
+    """The indexed files that ``raw`` names: the file, or every file under the folder.
+
+    ``raw`` is taken as typed, else as ``s2b list`` shows a name with escapes
+    (:func:`~.errors.unescape_name`); each as its real path, and as its own
+    path in its real folder (a link inside an indexed folder is indexed under
+    its own name).
+    """
+    for text in dict.fromkeys([raw, unescape_name(raw)]):
+        for path in dict.fromkeys([str(resolved(text)), str(own_path(text))]):
+            under = path.rstrip(os.sep) + os.sep
+            hits = [p for p in rows if p == path or p.startswith(under)]
+            if hits:
+                return hits
+    return []
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """``s2b verify --store DIR [--repair]``: every row, digest and document checked."""
     directory = Path(args.store)
-    lock = writer_lock(directory, wait=not args.no_wait) if args.repair else nullcontext()
+    lock = (
+        writer_lock(directory, wait=not args.no_wait, repair=True) if args.repair else nullcontext()
+    )
     with lock:
-        store = open_store(directory, wanted_embedding(args), writer=args.repair)
         try:
-            found, counts = health.check(store, repair=args.repair)
-            _report_health(found, counts, out)
+            store = open_store(directory, wanted_embedding(args), writer=args.repair)
+        except DamagedDatabaseError:
+            if not args.repair:
+                raise
+            return _rebuild(directory, None, wanted_embedding(args), out)
+        try:
+            try:
+                found, counts = health.check(store, repair=args.repair)
+            except sqlite3.DatabaseError as err:  # a page that the check can not read
+                if not unreadable(err, directory):
+                    raise
+                found, counts = health.Health(Damage(database=[str(err)])), None
+            _report_health(found, counts, out, directory)
             if found.damage.database:
-                return _damaged_file(store, found, out, repair=args.repair)
+                return _damaged_file(store, found, args, out)
             if not args.repair:
                 if found.ok:
                     print("ok", file=out)
@@ -254,13 +340,16 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
                 print(f"s2b: error: {directory} is damaged; run: {repair}", file=sys.stderr)
                 return 1
             code = _after_repair(store, found, out)
-            store.save_index(replace=found.index_file)
+            store.save_index(replace=found.index_file or found.file_problem is not None)
+            store.save_listing()
             return code
         finally:
             store.close()
 
 
-def _report_health(found: health.Health, counts: dict[str, int] | None, out: TextIO) -> None:
+def _report_health(
+    found: health.Health, counts: dict[str, int] | None, out: TextIO, directory: Path
+) -> None:
     report = found.report
     nodes = f", {report.nodes} node(s)" if report is not None else ""
     if counts is not None:
@@ -272,6 +361,18 @@ def _report_health(found: health.Health, counts: dict[str, int] | None, out: Tex
         print(
             f"{found.damage.unchecked} vector(s) have no digest yet (an older store): "
             "the next s2b index or verify --repair adds them",
+            file=out,
+        )
+    if found.unrecorded:
+        print(
+            "the FAISS index file has no digest yet (an older store): "
+            "the next s2b index or verify --repair records it",
+            file=out,
+        )
+    if found.unlisted:
+        print(
+            f"no {directory / LISTING_FILE} yet (an older store): "
+            "the next s2b index or verify --repair writes it",
             file=out,
         )
 
@@ -300,35 +401,91 @@ def _problems(found: health.Health) -> list[str]:
         (len(found.lost), "file(s) with lost documents"),
         (len(found.unowned), "document(s) no indexed file holds"),
         (int(found.index_file), "FAISS index file that does not match the database"),
+        (int(found.file_problem is not None), f"damaged FAISS index file ({found.file_problem})"),
+        (int(found.listing is not None), f"damaged {LISTING_FILE} ({found.listing})"),
     ]
     return [f"{n} {what}" for n, what in counted if n]
 
 
-def _damaged_file(store: Store, found: health.Health, out: TextIO, *, repair: bool) -> int:
+def _damaged_file(store: Store, found: health.Health, args: argparse.Namespace, out: TextIO) -> int:
     """The database file itself is damaged: say so, or index the files into a new one."""
     where = store.directory
     first = one_line(found.damage.database[0])
-    if not repair:
+    if not args.repair:
         msg = (
             f"the database file in {where} is damaged ({first}); run: s2b verify --repair "
             f"--store {where} (it indexes the files again into a new database file)"
         )
         raise UserError(msg)
-    done = health.rebuild(store, on_skip=_on_skip, progress=progress.bar)
+    return _rebuild(where, store, wanted_embedding(args), out)
+
+
+def _rebuild(directory: Path, store: Store | None, wanted: str | None, out: TextIO) -> int:
+    """Index the files again into a new database file (``store``: the damaged one, if it opened).
+
+    Without an open store, the settings and the files come from ``s2b.json``
+    (and whatever the damaged file still lets be read). Call under the writer lock.
+    """
+    damaged: Database | None
+    if store is not None:
+        spec, model, damaged = store.spec, store.cache.model, store.db
+    else:
+        spec = _listed_spec(directory, wanted)
+        model, damaged = models.make_embedding(spec), salvageable(directory)
+    done = health.rebuild(directory, spec, model, damaged, on_skip=_on_skip, progress=progress.bar)
+    fresh = open_store(directory, spec, embedding=model, search=False, writer=True)
+    try:
+        _restore(fresh)
+        fresh.save_index()
+        fresh.save_listing()
+    finally:
+        fresh.close()
+    source = f", as {LISTING_FILE} lists them" if done.listed else ""
     print(
-        f"rebuilt: {done.done.added} file(s) indexed again into a new database file "
+        f"rebuilt: {done.done.added} file(s) indexed again into a new database file{source} "
         f"({done.vectors} vector(s) kept from the damaged one, {done.done.embedded} embedded)",
         file=out,
     )
+    if done.aside is not None:
+        print(one_line(f"the damaged database file is kept as {done.aside}"), file=out)
     for path in done.gone:
-        print(one_line(f"s2b: could not rebuild {path}: the file is gone"), file=sys.stderr)
+        print(
+            one_line(f"s2b: could not rebuild {shown_name(path)}: the file is gone"),
+            file=sys.stderr,
+        )
     if not done.complete:
         print(
             "s2b: the list of indexed files could be read only in part: index your folders "
-            f"again into --store {where} to add the rest",
+            f"again into --store {directory} to add the rest",
             file=sys.stderr,
         )
     return EXIT_SKIPPED if done.gone or done.done.skipped or not done.complete else 0
+
+
+def _listed_spec(directory: Path, wanted: str | None) -> str:
+    """The store's embedding as ``s2b.json`` records it; one line when it can not say."""
+    where = directory / DB_FILE
+    listing = read_listing(directory)
+    if listing is None:
+        msg = (
+            f"cannot repair {where}: it can not be read, and there is no {LISTING_FILE} beside "
+            "it to say which model the store uses and which files it indexed (a store made by "
+            f"an older s2b); index your files into a new --store"
+        )
+        raise UserError(msg)
+    recorded = listing.settings.get("embedding", "")
+    try:
+        spec = models.parse_spec(recorded)
+    except UserError:
+        msg = f"cannot repair {where}: {directory / LISTING_FILE} names no embedding"
+        raise UserError(msg) from None
+    if wanted is not None and models.parse_spec(wanted) != spec:
+        msg = (
+            f"{directory} was indexed with embedding {spec!r}, not {models.parse_spec(wanted)!r};"
+            f" repair it with --embedding {spec} (or none)"
+        )
+        raise UserError(msg)
+    return spec
 
 
 def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:
@@ -342,17 +499,21 @@ def _after_repair(store: Store, found: health.Health, out: TextIO) -> int:
         print("ok", file=out)
         return 0
     rows = len(found.damage.unreadable) + len(found.damage.vectors) + len(found.damage.children)
+    refaiss = found.index_file or found.file_problem is not None
     orphans = len(report.orphan_nodes) + len(report.orphan_children)
     print(
         f"repaired: {len(report.rebuilt)} document(s) rebuilt from their stored text, "
         f"{len(report.removed) + len(found.unowned)} removed, {rows} damaged row(s) and "
-        f"{orphans} orphan(s) deleted; {len(files) - len(gone)} file(s) read again from disk",
+        f"{orphans} orphan(s) deleted; {len(files) - len(gone)} file(s) read again from disk"
+        + ("; the FAISS index file written again" if refaiss else "")
+        + (f"; {LISTING_FILE} written again" if found.listing is not None else ""),
         file=out,
     )
     for path in gone:
         print(
             one_line(
-                f"s2b: could not rebuild {path}: the file is gone; its documents left the index"
+                f"s2b: could not rebuild {shown_name(path)}: the file is gone; its documents "
+                "left the index"
             ),
             file=sys.stderr,
         )

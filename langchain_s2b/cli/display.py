@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from langchain_core.documents import Document
 
-from langchain_s2b.cli.errors import one_line, safe
+from langchain_s2b.cli.errors import one_line, safe, shown_name
 from langchain_s2b.tools import excerpt_bounds, source_label
 
 
@@ -53,12 +53,12 @@ def _header(doc: Document, rank: int, *, cite: bool = False) -> str:
     parts = [
         f"#{rank}",
         f"score {score:.3f}" if isinstance(score, float) else "",
-        source_label(meta),
+        shown_name(source_label(meta)),
     ]
     if isinstance(meta.get("page"), int):
         parts.append(f"page {meta['page']}")
     if cite and meta.get("source_id") not in (None, source_label(meta)):
-        parts.append(f"source {meta['source_id']}")
+        parts.append(f"source {shown_name(str(meta['source_id']))}")
     where = f"{meta.get('mode', '?')}/{meta.get('level', '?')}"
     if "start" in meta:
         where += f", chars {meta['start']}-{meta['end']}"

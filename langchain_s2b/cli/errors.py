@@ -27,8 +27,46 @@ _SURROGATES = re.compile(r"[\ud800-\udfff]")
 """Lone surrogates (a JSONL row can hold them): no terminal encoding can print them."""
 
 
+_ACTS = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+"""Characters of a name that a terminal acts on, or that :func:`safe` would remove."""
+_ESCAPED = re.compile(r"\\(\\|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
+
+
+def shown_name(name: str) -> str:
+    r"""A file name to print so that ``s2b delete`` takes it back (see :func:`unescape_name`).
+
+    A name without characters a terminal acts on is shown as it is. Else each
+    such character is written as its escape (ESC as ``\x1b``), and each
+    backslash as ``\\``: the terminal shows every character, none acts.
+    """
+    if not _ACTS.search(name):
+        return name
+    return re.sub(r"[\\]|" + _ACTS.pattern, _escape, name)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\\":
+        return "\\\\"
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def unescape_name(text: str) -> str:
+    r"""The name that :func:`shown_name` shows as ``text`` (``\x1b`` -> ESC, ``\\`` -> ``\``)."""
+    return _ESCAPED.sub(
+        lambda m: "\\" if m.group(1) == "\\" else chr(int(m.group(1)[1:], 16)), text
+    )
+
+
 class UserError(Exception):
     """A mistake in the command line or its inputs, or a damaged store: one line."""
+
+
+class DamagedDatabaseError(UserError):
+    """The store's database file can not be read: ``s2b verify --repair`` indexes it again."""
 
 
 def safe(text: str) -> str:

@@ -5,7 +5,17 @@
     DIR/s2b.sqlite                 nodes, manifests, child vectors, the lexical index,
                                    indexed files, settings (one SQLite database)
     DIR/s2b.<id>.<commit>.faiss    the FAISS index of the database's last commit
+    DIR/s2b.json                   the settings and the indexed files' paths, again: what
+                                   verify --repair indexes when the database can not be read
     DIR/s2b.lock                   held by the one run that writes (index, delete, verify --repair)
+
+``s2b.json`` (:class:`Listing`) is written (a temporary file renamed into
+place) by every run that writes the store, at its end, from what the database
+then holds, with a SHA-256 of its content; a store made before it has none
+until its next writer. A database file whose first pages are damaged can not
+say which model the store uses nor which files it indexed: ``s2b verify
+--repair`` reads them from here and indexes those files again into a new
+database file.
 
 Writers take an inter-process lock (``filelock``) for their whole run, so two
 runs never interleave; a second writer waits (or, with ``--no-wait``, says in
@@ -23,11 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,9 +47,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from langchain_s2b.cli import specs
-from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.errors import DamagedDatabaseError, UserError
 from langchain_s2b.cli.options import INDEX_MODE
 from langchain_s2b.store.database import Database, dangling_children
+from langchain_s2b.store.files import write_text_atomic
 
 DB_FILE = "s2b.sqlite"
 LOCK_FILE = "s2b.lock"
@@ -45,7 +58,11 @@ FORMAT = "s2b-cli"
 FORMAT_VERSION = "2"
 OLD_LAYOUT = "s2b-cli.json"
 FAISS_FILES = "s2b.*.*.faiss"
-"""The FAISS index files (``store.sqlite.INDEX_FILE``)."""
+"""The FAISS index files (``store.index_file.INDEX_FILE``)."""
+LISTING_FILE = "s2b.json"
+"""The settings and the indexed files' paths, beside the database (:class:`Listing`)."""
+SETTINGS = ("format", "format_version", "embedding", "tree")
+"""The ``meta`` values that are the store's settings (the rest is the database's own)."""
 
 _FILES_TABLE = """
 CREATE TABLE IF NOT EXISTS files (
@@ -110,7 +127,7 @@ def counts_line(counts: dict[str, int]) -> str:
 
 def size(directory: Path) -> int:
     """Bytes the store takes on disk (the database, its log, the FAISS index, the lock)."""
-    names = [DB_FILE, f"{DB_FILE}-wal", LOCK_FILE]
+    names = [DB_FILE, f"{DB_FILE}-wal", LOCK_FILE, LISTING_FILE]
     names += [p.name for p in directory.glob(FAISS_FILES)]
     return sum((directory / n).stat().st_size for n in names if (directory / n).exists())
 
@@ -151,6 +168,87 @@ def _db_path(directory: Path) -> Path:
     return directory / DB_FILE
 
 
+# The listing beside the database ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The store's settings and the paths of its indexed files, as ``s2b.json`` holds them."""
+
+    settings: dict[str, str]
+    files: list[str]
+
+    def body(self) -> dict[str, Any]:
+        """The content the digest covers."""
+        return {"settings": dict(sorted(self.settings.items())), "files": sorted(self.files)}
+
+    def dumps(self) -> str:
+        """The file's text: the content and its SHA-256 (ASCII JSON)."""
+        body = self.body()
+        return json.dumps({**body, "sha256": _digest(body)}, indent=1) + "\n"
+
+
+def _digest(body: dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def listing_of(db: Database) -> Listing:
+    """The listing of what the database holds (read in one snapshot).
+
+    Raises:
+        ValueError: a ``files`` row or a setting is damaged: a listing made
+            from it would replace a sound one with a wrong one.
+    """
+    with db.read():
+        rows = dict(db.conn.execute("SELECT name, value FROM meta").fetchall())
+        found = files(db)
+        damaged = damaged_files(db)
+    settings = {k: rows[k] for k in SETTINGS if isinstance(rows.get(k), str)}
+    if damaged or not {"format", "format_version", "embedding"} <= set(settings):
+        msg = "the database's list of files or its settings are damaged"
+        raise ValueError(msg)
+    return Listing(settings, list(found))
+
+
+def write_listing(directory: Path, db: Database) -> None:
+    """Write ``s2b.json`` from the database (call at the end of a run that writes the store).
+
+    Nothing is written when what the database lists is damaged (``ValueError``).
+    """
+    write_text_atomic(directory / LISTING_FILE, listing_of(db).dumps())
+
+
+def read_listing(directory: Path) -> Listing | None:
+    """``s2b.json`` (``None``: there is none); one line naming the problem when it is damaged."""
+    file = directory / LISTING_FILE
+    if not os.path.lexists(file):
+        return None
+    try:
+        if not file.is_file():
+            msg = "it is not a regular file"
+            raise ValueError(msg)
+        found = json.loads(file.read_bytes().decode("ascii"))
+        body = {"settings": found["settings"], "files": found["files"]}
+        if found["sha256"] != _digest(body):
+            msg = "its content is not the one its SHA-256 was made of"
+            raise ValueError(msg)
+        settings, paths = body["settings"], body["files"]
+        if not isinstance(settings, dict) or not isinstance(paths, list):
+            msg = "it does not hold settings and files"
+            raise ValueError(msg)
+        if not all(isinstance(v, str) for v in [*settings.values(), *paths]):
+            msg = "it does not hold settings and files"
+            raise ValueError(msg)
+    except OSError as err:
+        msg = f"cannot read {file} ({err.strerror or err})"
+        raise UserError(msg) from None
+    except (ValueError, TypeError, KeyError) as err:
+        msg = f"{file} is damaged ({type(err).__name__}: {err})"
+        raise UserError(msg) from None
+    return Listing(settings, paths)
+
+
 def _check_directory(directory: Path, *, creating: bool) -> None:
     if directory.exists() and not directory.is_dir():
         msg = f"--store {directory} exists and is not a directory"
@@ -161,6 +259,9 @@ def _check_directory(directory: Path, *, creating: bool) -> None:
             "index your files into a new --store"
         )
         raise UserError(msg)
+    if directory.is_dir() and not _db_path(directory).exists() and _has_listing(directory):
+        msg = f"the database file {_db_path(directory)} is missing; {_repair_hint(directory)}"
+        raise DamagedDatabaseError(msg)
     if not creating:
         if not directory.is_dir():
             msg = f"no index at --store {directory} (run: s2b index PATH... --store {directory})"
@@ -181,7 +282,35 @@ def connect(directory: Path) -> Database:
     try:
         return Database(_db_path(directory))
     except sqlite3.Error as err:
-        raise UserError(store_error(err, directory, opening=True)) from None
+        raise opening_error(err, directory) from None
+
+
+def opening_error(err: sqlite3.Error, directory: Path) -> UserError:
+    """One line for an error while opening the store (:class:`DamagedDatabaseError`: damage)."""
+    line = store_error(err, directory, opening=True)
+    return DamagedDatabaseError(line) if unreadable(err, directory) else UserError(line)
+
+
+def unreadable(err: sqlite3.Error | OSError, directory: Path) -> bool:
+    """Whether ``err`` says the store's database file is damaged (beyond a transient error).
+
+    "file is not a database" (or "unsupported file format": a damaged header)
+    counts when the store's listing (``s2b.json``) says that an s2b database
+    was there.
+    """
+    kind = _error_kind(err)
+    return kind == "corrupt" or (kind == "notadb" and _has_listing(directory))
+
+
+def _has_listing(directory: Path) -> bool:
+    return os.path.lexists(directory / LISTING_FILE)
+
+
+def _repair_hint(directory: Path) -> str:
+    return (
+        f"run: s2b verify --repair --store {directory} (it indexes the files again into a new "
+        "database file)"
+    )
 
 
 def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool = False) -> str:
@@ -198,13 +327,10 @@ def store_error(err: sqlite3.Error | OSError, directory: Path, *, opening: bool 
         )
     if kind == "io":
         return f"cannot read or write {where} ({err}); check the disk"
+    if unreadable(err, directory):
+        return f"the database file {where} is damaged ({err}); {_repair_hint(directory)}"
     if kind == "notadb" or (kind is None and opening):
         return f"{where} is not an s2b index database ({err})"
-    if kind == "corrupt":
-        return (
-            f"the database file {where} is damaged ({err}); run: s2b verify --repair --store "
-            f"{directory} (it indexes the files again into a new database file)"
-        )
     return f"{where}: {err}"
 
 
@@ -215,6 +341,8 @@ _MESSAGES = {
     "disk i/o error": "io",
     "file is not a database": "notadb",
     "database disk image is malformed": "corrupt",
+    "malformed database schema": "corrupt",
+    "unsupported file format": "notadb",
 }
 
 
@@ -243,24 +371,30 @@ _ROOM = 1 << 20
 def read_settings(db: Database, directory: Path) -> dict[str, str]:
     """The store's recorded settings; one line naming the problem when they are bad."""
     where = _db_path(directory)
+    # With a listing beside it, the database was an s2b store's: what is wrong is damage.
+    wrong = DamagedDatabaseError if _has_listing(directory) else UserError
+    hint = f"; {_repair_hint(directory)}" if wrong is DamagedDatabaseError else ""
     try:
         if not db.has_tables():
-            msg = f"{where} is empty: the first s2b index run into it has not finished"
-            raise UserError(msg)
+            if wrong is DamagedDatabaseError:
+                msg = f"the database file {where} has lost its tables{hint}"
+            else:
+                msg = f"{where} is empty: the first s2b index run into it has not finished"
+            raise wrong(msg)
         rows = dict(db.conn.execute("SELECT name, value FROM meta").fetchall())
     except sqlite3.DatabaseError as err:
-        raise UserError(store_error(err, directory, opening=True)) from None
+        raise opening_error(err, directory) from None
     if rows.get("format") != FORMAT or rows.get("format_version") != FORMAT_VERSION:
         msg = (
             f"bad configuration in {where}: format {rows.get('format')!r} version "
-            f"{rows.get('format_version')!r}, expected {FORMAT!r} version {FORMAT_VERSION}"
+            f"{rows.get('format_version')!r}, expected {FORMAT!r} version {FORMAT_VERSION}{hint}"
         )
-        raise UserError(msg)
+        raise wrong(msg)
     try:
         specs.parse_spec(rows.get("embedding", ""))
     except UserError:
-        msg = f"bad configuration in {where}: embedding {rows.get('embedding')!r}"
-        raise UserError(msg) from None
+        msg = f"bad configuration in {where}: embedding {rows.get('embedding')!r}{hint}"
+        raise wrong(msg) from None
     return rows
 
 
@@ -296,24 +430,79 @@ def initialise(db: Database, spec: str) -> None:
             db.set_meta(name, value)
 
 
-def replace_database(directory: Path, fresh: Path) -> None:
-    """Put the database file ``fresh`` (closed, its log merged) in place of the store's own."""
+def replace_database(directory: Path, fresh: Path, *, keep: bool = False) -> Path | None:
+    """Put the database file ``fresh`` (closed, its log merged) in place of the store's own.
+
+    ``keep``: the old file (and its log) stays, under ``s2b.sqlite.damaged-<time>``;
+    its name is returned. The switch is one rename: a command that opens the
+    store sees the old file or the new one.
+    """
+    current = _db_path(directory)
+    aside = None
+    if keep and current.exists():
+        aside = directory / f"{DB_FILE}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+        for suffix in ("", "-wal"):
+            if _size_of(Path(f"{current}{suffix}")):
+                _link_or_copy(Path(f"{current}{suffix}"), Path(f"{aside}{suffix}"))
     for suffix in ("-wal", "-shm"):
-        Path(f"{_db_path(directory)}{suffix}").unlink(missing_ok=True)
-    os.replace(fresh, _db_path(directory))
+        Path(f"{current}{suffix}").unlink(missing_ok=True)
+    os.replace(fresh, current)
     for old in directory.glob(FAISS_FILES):  # the old database's: never the new one's
         old.unlink(missing_ok=True)
+    return aside
+
+
+def _size_of(file: Path) -> int:
+    try:
+        return file.stat().st_size
+    except OSError:
+        return 0
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A second name for ``source`` (a copy where the file system has no hard links)."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def check_listing(directory: Path, db: Database) -> str | None:
+    """What is wrong with ``s2b.json`` against the database (``None``: it matches, or is absent).
+
+    Call in a read transaction of the database's last commit.
+    """
+    try:
+        listed = read_listing(directory)
+    except UserError as err:
+        return str(err)
+    if listed is None:
+        return None
+    try:
+        held = listing_of(db)
+    except ValueError as err:
+        return str(err)
+    if listed.body() != held.body():
+        return f"{directory / LISTING_FILE} does not list what the database holds"
+    return None
 
 
 @contextmanager
-def writer_lock(directory: Path, *, wait: bool, err: TextIO = sys.stderr) -> Iterator[None]:
-    """Hold the store's inter-process writer lock for the ``with`` block."""
+def writer_lock(
+    directory: Path, *, wait: bool, err: TextIO = sys.stderr, repair: bool = False
+) -> Iterator[None]:
+    """Hold the store's inter-process writer lock for the ``with`` block.
+
+    ``repair``: the run repairs the store (``verify --repair``), which may
+    find its database file missing.
+    """
     try:
         from filelock import FileLock, Timeout
     except ImportError:
         msg = 's2b needs filelock to write an index safely: pip install "langchain-s2b[cli]"'
         raise UserError(msg) from None
-    if not _db_path(directory).exists():
+    if not _db_path(directory).exists() and not (repair and _has_listing(directory)):
         _check_directory(directory, creating=True)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)

@@ -6,30 +6,42 @@ The checks go from the bytes up:
    check of the file, every text and metadata row decodes, every vector
    matches its digest, every child's vector is the one made for its text; and
    every indexed-file record decodes;
-2. the documents (:func:`~langchain_s2b.core.verify.check` with ``digests``):
+2. the files beside the database: the FAISS file of the last commit (its
+   size, header, count and SHA-256 against the record made when it was
+   written, :mod:`langchain_s2b.store.index_file`, and its ids and vectors
+   against the database's), and ``s2b.json`` (its digest, and that it lists
+   what the database holds);
+3. the documents (:func:`~langchain_s2b.core.verify.check` with ``digests``):
    manifests, nodes and child vectors agree, and each document's stored text,
    metadata and nodes give its manifest's digest;
-3. the files: every document of an indexed file is there, and every document
+4. the files: every document of an indexed file is there, and every document
    belongs to an indexed file.
 
 ``--repair`` deletes the damaged rows, rebuilds from its stored text every
 document whose text is sound, removes the others, and reads their files again
 from disk (:func:`reread`); a file that is gone is named: its documents can not
-be rebuilt. A damaged database file (SQLite's own check fails) can not be
-mended in place: ``--repair`` then indexes the files again into a new file
-(:func:`rebuild`), keeping the vectors whose digests still check out.
+be rebuilt. The FAISS file and ``s2b.json`` are written again. A database file
+that SQLite can not read (its own check fails, or it can not even be opened)
+can not be mended in place: ``--repair`` then indexes the files again into a
+new file (:func:`rebuild`): those the damaged file still lists and those
+``s2b.json`` lists, keeping the vectors whose digests still check out.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
 import numpy as np
+from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli import indexer
+from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.folder import LISTING_FILE, check_listing, read_listing
 from langchain_s2b.cli.index_dir import DB_FILE, Store, initialise, replace_database
 from langchain_s2b.cli.loaders import Found
 from langchain_s2b.core.keys import (
@@ -40,6 +52,8 @@ from langchain_s2b.core.keys import (
 )
 from langchain_s2b.core.verify import VerifyReport
 from langchain_s2b.store.faiss_index import normalise
+from langchain_s2b.store.index_file import check as check_file
+from langchain_s2b.store.index_file import index_file, read_record
 from langchain_s2b.store.sqlite import (
     Damage,
     Database,
@@ -66,6 +80,14 @@ class Health:
     """Documents no indexed file holds."""
     index_file: bool = False
     """The FAISS index file of the last commit does not hold the database's vectors."""
+    file_problem: str | None = None
+    """What is wrong with the bytes of the FAISS index file of the last commit."""
+    unrecorded: bool = False
+    """The FAISS index file has no recorded digest yet (a store made before digests)."""
+    listing: str | None = None
+    """What is wrong with ``s2b.json`` (damaged, or not what the database lists)."""
+    unlisted: bool = False
+    """There is no ``s2b.json`` yet (a store made before it)."""
 
     @property
     def ok(self) -> bool:
@@ -75,6 +97,8 @@ class Health:
             and self.report is not None
             and self.report.ok
             and not (self.bad_files or self.lost or self.unowned or self.index_file)
+            and self.file_problem is None
+            and self.listing is None
         )
 
 
@@ -92,13 +116,17 @@ def _check(store: Store, *, repair: bool) -> Health:
     damage = find_damage(store.db, store.docstore)
     health = Health(damage, bad_files=store.damaged_files())
     bad = set(damage.children) | set(damage.unreadable)
-    if not store.restore():  # read from its file: it must hold what the database holds
+    _check_file(store, health)
+    health.listing = check_listing(store.directory, store.db)
+    health.unlisted = not os.path.lexists(store.directory / LISTING_FILE)
+    read = not store.restore(mend=repair)
+    if read and health.file_problem is None:  # read from its file: it must hold the database's
         health.index_file = not index_matches(store, bad, set(damage.vectors))
     if repair:
         mend(store.db, damage)
         for path in health.bad_files:
             store.drop_file(path)
-        if health.index_file or bad or damage.vectors:  # FAISS as the mended database holds
+        if health.index_file or health.file_problem or bad or damage.vectors:  # FAISS anew
             store.index.build()
     health.report = store.retriever.verify(repair=repair, digests=True)
     health.report.lexical_missing = [k for k in health.report.lexical_missing if k not in bad]
@@ -108,6 +136,18 @@ def _check(store: Store, *, repair: bool) -> Health:
             store.drop_file(path)
         store.retriever.delete(health.unowned)
     return health
+
+
+def _check_file(store: Store, health: Health) -> None:
+    """The FAISS index file of the last commit: its size, header, count and digest."""
+    stamp = store.db.stamp()
+    file = None if stamp is None else index_file(store.directory, stamp)
+    if file is None or not os.path.lexists(file):
+        return  # none yet (an interrupted run): it is built and written, not damage
+    health.file_problem = check_file(file, store.db, digest=True)
+    if health.file_problem is not None:
+        health.file_problem = f"{file.name}: {health.file_problem}"
+    health.unrecorded = health.file_problem is None and read_record(store.db, file) is None
 
 
 def index_matches(store: Store, bad_keys: set[str], bad_vectors: set[int]) -> bool:
@@ -190,33 +230,67 @@ class Rebuilt:
     gone: list[str]
     """Indexed files no longer on disk."""
     complete: bool
-    """Whether the list of indexed files could be read whole."""
+    """Whether the list of indexed files could be read whole (from the database or s2b.json)."""
+    listed: bool
+    """Whether ``s2b.json`` listed files that the damaged database did not."""
+    aside: Path | None
+    """Where the damaged database file was kept."""
 
 
 def rebuild(
-    store: Store, *, on_skip: Callable[[str, str], None], progress: indexer.Progress
+    directory: Path,
+    spec: str,
+    model: Embeddings,
+    damaged: Database | None,
+    *,
+    on_skip: Callable[[str, str], None],
+    progress: indexer.Progress,
 ) -> Rebuilt:
     """Index the store's files again into a new database file that replaces the damaged one.
 
+    The indexed files are those the damaged file still lists and those
+    ``s2b.json`` lists (see :mod:`.folder`): a damaged page can read as an
+    empty one, so what the damaged file says is never taken alone.
     The vectors that the damaged file still holds whole are kept, so only the
-    rest is embedded again. Call under the writer lock; ``store`` is closed.
+    rest is embedded again. The damaged file is kept aside. Call under the
+    writer lock; ``damaged`` (the damaged database, if it opens at all) is closed.
     """
-    rows, complete = readable_rows(store.db, "SELECT path FROM files")
-    paths = [str(r[0]) for r in rows if isinstance(r[0], str)]
-    kept = salvage_vectors(store.db)
-    store.close()
-    fresh = store.directory / f"{DB_FILE}.rebuild"
+    paths, complete, kept = _salvage(damaged)
+    try:
+        listing = read_listing(directory)
+    except UserError:
+        listing = None
+    listed = listing is not None and bool(set(listing.files) - set(paths))
+    if listing is not None:  # a damaged page can read as an empty one: never trust it alone
+        paths = sorted({*paths, *listing.files})
+        complete = True
+    fresh = directory / f"{DB_FILE}.rebuild"
     for name in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
         name.unlink(missing_ok=True)
     db = Database(fresh)
     try:
-        initialise(db, store.spec)
+        initialise(db, spec)
         with db.write():
             db.insert_vectors(kept)
-        new = Store(store.directory, db, store.spec, embedding=store.cache.model, search=False)
+        new = Store(directory, db, spec, embedding=model, search=False)
         done, gone = reread(new, paths, on_skip=on_skip, progress=progress)
         new.cache.collect_garbage()
     finally:
         db.close()
-    replace_database(store.directory, fresh)
-    return Rebuilt(done, len(kept), gone, complete)
+    aside = replace_database(directory, fresh, keep=True)
+    return Rebuilt(done, len(kept), gone, complete, listed, aside)
+
+
+def _salvage(damaged: Database | None) -> tuple[list[str], bool, list[tuple[bytes, bytes]]]:
+    """The paths a damaged database still lists (and whether all), and its whole vectors."""
+    if damaged is None:
+        return [], False, []
+    try:
+        rows, complete = readable_rows(damaged, "SELECT path FROM files")
+        try:
+            kept = salvage_vectors(damaged)
+        except sqlite3.DatabaseError:
+            kept = []
+        return [str(r[0]) for r in rows if isinstance(r[0], str)], complete, kept
+    finally:
+        damaged.close()

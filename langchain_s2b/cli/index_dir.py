@@ -27,6 +27,7 @@ from langchain_s2b.cli import models
 from langchain_s2b.cli.errors import UserError
 from langchain_s2b.cli.folder import (
     DB_FILE,
+    FAISS_FILES,
     LOCK_FILE,
     FileRow,
     connect,
@@ -41,6 +42,7 @@ from langchain_s2b.cli.folder import (
     replace_database,
     size,
     store_error,
+    write_listing,
     writer_lock,
 )
 from langchain_s2b.cli.folder import _check_directory as check_directory
@@ -103,21 +105,37 @@ class Store:
             hybrid=search,
         )
 
-    def restore(self, *, read_only: bool = False) -> bool:
+    def restore(self, *, read_only: bool = False, mend: bool = True) -> bool:
         """FAISS for the last commit: its file, else built and written; whether it was built.
 
         ``read_only``: the file is memory-mapped (the command writes nothing).
+        ``mend=False``: a damaged file is left as it is (``s2b verify``).
         """
         with self.db.read():
-            return self.index.open(self.directory, mapped=read_only)
+            return self.index.open(self.directory, mapped=read_only, mend=mend)
 
     def save_index(self, *, replace: bool = False) -> None:
         """After a writer's last commit: the FAISS file of the state it leaves.
 
         ``replace``: write it even if a file for that state exists (a repair).
+        Files of another database (a reader of a replaced one wrote late) go.
         """
         with self.db.read(), contextlib.suppress(OSError):
             self.index.write_file(self.directory, replace=replace)
+            stamp = self.db.stamp()
+            for other in self.directory.glob(FAISS_FILES):
+                if stamp is not None and other.name.split(".")[1] != stamp[0]:
+                    other.unlink(missing_ok=True)
+
+    def save_listing(self) -> None:
+        """At the end of a writer's run: ``s2b.json``, the settings and files it leaves.
+
+        Best effort: a store whose database or disk fails now says so in the
+        command's own error, a damaged list of files is not copied over a sound
+        one, and ``verify`` names a listing that is out of date.
+        """
+        with contextlib.suppress(OSError, sqlite3.Error, ValueError):
+            write_listing(self.directory, self.db)
 
     def upgrade(self) -> bool:
         """Bring a store of an older schema up to date (call under the writer lock)."""
@@ -197,6 +215,16 @@ def open_store(
             db.add_vector_digests()
             store.upgrade()
     return store
+
+
+def salvageable(directory: Path) -> Database | None:
+    """The store's damaged database file, opened to read what it still can (``None``: not even)."""
+    if not (directory / DB_FILE).is_file():
+        return None
+    try:
+        return Database(directory / DB_FILE)
+    except sqlite3.Error:
+        return None
 
 
 def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) -> Store:

@@ -40,6 +40,7 @@ from langchain_s2b.cli.loaders import (
     check_name,
     file_digest,
     read_documents,
+    read_file,
     shown,
 )
 from langchain_s2b.cli.progress import Bar, ticking
@@ -264,7 +265,7 @@ def _read_changed(
                 if row and (row.size, row.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
                     outcome.unchanged += 1
                     continue
-                data = path.read_bytes()
+                data = read_file(path)
             except SkippedFile as err:
                 _skip(
                     outcome,

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from langchain_s2b.cli.errors import damaged_store, one_line, safe_json
+from langchain_s2b.cli.errors import damaged_store, one_line, safe_json, shown_name
 from langchain_s2b.cli.folder import (
     counts,
     counts_line,
@@ -57,7 +57,8 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
             state = "" if f["exists"] else "  (file no longer exists)"
             print(
                 one_line(
-                    f"{f['path']}  {f['documents']} document(s), {f['chunks']} chunk(s){state}"
+                    f"{shown_name(str(f['path']))}  {f['documents']} document(s), "
+                    f"{f['chunks']} chunk(s){state}"
                 ),
                 file=out,
             )

@@ -14,21 +14,31 @@ Text is read as UTF-8 and a byte-order mark is dropped, so offsets (``start``,
 text). A text document's id is its file's path (a PDF page's: the path and
 ``#page=N``); its metadata holds ``source`` (that path) and ``title``.
 
-A file is known by its resolved path (``..``, ``~`` and symlinks resolved), so a
-file reached twice, through a symlinked folder too, is read once. Inside a
-folder, hidden files and folders (a name starting with ``.``) and files of other
-types are skipped and counted. A file that cannot be read (its name is not
-UTF-8, its bytes are not text, a bad JSONL row, a PDF without text) raises
-:class:`SkippedFile` with the reason; what a library logs while reading (pypdf
-on a damaged PDF) is captured and handed back as notes, never printed raw.
+Paths given are resolved (``..``, ``~`` and symlinks): a file or folder given
+is known by its real path, so one reached twice, through a symlinked folder
+too, is read once. Inside a folder the index mirrors what the folder holds:
+a symlink to a file is known by its own path there (its text read through
+it), so it leaves the index when the link goes, and ``s2b delete FOLDER``
+removes it; a link whose target the same run reaches by its real path is read
+once, under that path; a link to a folder is not followed. Only regular files
+are read: a FIFO, socket or device (or a link to one, or to nothing) is passed
+over and counted, and a file that has become one since it was listed is
+skipped and named (:func:`read_file` opens it without waiting). Hidden files
+and folders (a name starting with ``.``) and files of other types are skipped
+and counted. A file that cannot be read (its name is not UTF-8, its bytes are
+not text, a bad JSONL row, a PDF without text) raises :class:`SkippedFile` with
+the reason; what a library logs while reading (pypdf on a damaged PDF) is
+captured and handed back as notes, never printed raw.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -67,11 +77,24 @@ class Found:
     """Files of other types inside a given folder."""
     store: int = 0
     """Files of the store itself inside a given folder (never indexed)."""
+    special: int = 0
+    """Entries inside a given folder that are not regular files (FIFOs, sockets, devices,
+    links to none), with a supported suffix."""
+    links: int = 0
+    """Links inside a given folder to a file this run reads by its real path (read once)."""
 
 
 def resolved(path: str | Path) -> Path:
     """``path`` made absolute with ``~``, ``..`` and every symlink resolved: a file's one name."""
     return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def own_path(path: str | Path) -> Path:
+    """``path`` made absolute with its folder resolved but not its last part (a link's own name)."""
+    given = Path(path).expanduser()
+    if given.name in ("", ".", ".."):
+        return resolved(given)
+    return resolved(given.parent) / given.name
 
 
 def find_files(paths: Iterable[str | Path], exclude: Path | None = None) -> Found:
@@ -83,19 +106,70 @@ def find_files(paths: Iterable[str | Path], exclude: Path | None = None) -> Foun
         if skip is not None and (path == skip or skip in path.parents):
             msg = f"cannot index {raw}: it is the store (--store {exclude}) or inside it"
             raise UserError(msg)
-        if path.is_dir():
+        kind = _kind(path)
+        if kind == "folder":
             found.folders.append(path)
             _walk(path, found, skip)
-        elif path.is_file():
+        elif kind == "file":
             if path.suffix.lower() not in SUFFIXES:
                 msg = f"cannot index {raw}: unsupported file type (use {', '.join(SUFFIXES)})"
                 raise UserError(msg)
             found.files.append(path)
-        else:
+        elif kind is None:
             msg = f"cannot index {raw}: no such file or directory"
             raise UserError(msg)
-    found.files = list(dict.fromkeys(found.files))
+        else:
+            msg = f"cannot index {raw}: it is not a regular file but {kind}"
+            raise UserError(msg)
+    found.files = _once(found)
     return found
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (a named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def _kind(path: Path) -> str | None:
+    """``"file"``, ``"folder"``, what else it is (``"a FIFO ..."``), or ``None``: nothing there.
+
+    A link is what it points to.
+    """
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a loop of links"
+        return "file"  # e.g. no permission: reading it names the problem
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return _KINDS.get(stat.S_IFMT(mode), "not a file")
+
+
+def _once(found: Found) -> list[Path]:
+    """Each file once: a link whose target is also listed by its real path is dropped."""
+    files = list(dict.fromkeys(found.files))
+    real = {p for p in files if not p.is_symlink()}
+    kept: list[Path] = []
+    targets: set[Path] = set()
+    for path in files:
+        if path in real:
+            kept.append(path)
+            continue
+        target = resolved(path)
+        if target in real or target in targets:
+            found.links += 1
+            continue
+        targets.add(target)
+        kept.append(path)
+    return kept
 
 
 def _walk(root: Path, found: Found, skip: Path | None) -> None:
@@ -110,13 +184,36 @@ def _walk(root: Path, found: Found, skip: Path | None) -> None:
             found.hidden += sum(len(files) for _, _, files in os.walk(here / name))
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") or here / d == skip)
         for name in sorted(names):
+            path = here / name  # `here` has no symlink in it: os.walk does not follow them
             if name.startswith("."):
                 found.hidden += 1
-            elif Path(name).suffix.lower() in SUFFIXES:
-                path = here / name  # `here` has no symlink in it: os.walk does not follow them
-                found.files.append(resolved(path) if path.is_symlink() else path)
-            else:
+            elif Path(name).suffix.lower() not in SUFFIXES:
                 found.other += 1
+            elif _kind(path) == "file":  # a link to a file: known by its own path
+                found.files.append(path)
+            else:
+                found.special += 1
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of a regular file; :class:`SkippedFile` when it is something else now.
+
+    It is opened without waiting (``O_NONBLOCK``: a FIFO put in its place would
+    block until a writer came) and checked to be a regular file before a byte
+    is read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = _KINDS.get(stat.S_IFMT(mode), "a folder" if stat.S_ISDIR(mode) else "not a file")
+            msg = f"it is no longer a regular file but {what}"
+            raise SkippedFile(msg)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 def check_name(path: Path) -> None:
@@ -252,10 +349,16 @@ def _summary(reader: str, logged: list[str]) -> str:
 
 
 def _jsonl(text: str) -> list[Document]:
-    """One document per row; a row repeated (same id, text and metadata) is kept once."""
+    r"""One document per row; a row repeated (same id, text and metadata) is kept once.
+
+    Rows are split on ``"\n"`` only: U+2028, U+0085 and the other characters
+    that ``str.splitlines`` also breaks at are legal raw inside a JSON string
+    (``json.dumps(..., ensure_ascii=False)`` writes them so).
+    """
     docs = []
     seen: dict[str, tuple[int, Document]] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, row in enumerate(text.split("\n"), 1):
+        line = row.removesuffix("\r")  # rows end at "\n" alone (or "\r\n"), as JSONL says
         if not line.strip():
             continue
         doc = _jsonl_document(line, f"line {number}")

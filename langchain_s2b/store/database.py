@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -63,6 +64,7 @@ class Database:
 
     def __init__(self, path: str | Path, *, timeout: float = 60.0) -> None:
         self.path = Path(path)
+        self.timeout = timeout
         self.conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
@@ -73,6 +75,7 @@ class Database:
         self.transactions = 0
         """Write transactions begun on this connection (what was written in one is known by it)."""
         self._changes = False
+        self._writing = False
         self._digests: bool | None = None
 
     def create_tables(self, extra: str = "") -> None:
@@ -123,6 +126,7 @@ class Database:
         self._depth = 1
         self.transactions += 1
         self._changes = changes
+        self._writing = True
         before = self.conn.total_changes
         try:
             yield self.conn
@@ -134,6 +138,7 @@ class Database:
             raise
         finally:
             self._depth = 0
+            self._writing = False
 
     def _count_commit(self) -> None:
         self.conn.execute(
@@ -188,6 +193,49 @@ class Database:
     def set_meta(self, name: str, value: str) -> None:
         """Set a value of the ``meta`` table."""
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
+
+    def record(
+        self, name: str, value: str, *, wait: float, rename: tuple[Path, Path] | None = None
+    ) -> bool:
+        """Set ``meta[name] = value`` (and first rename ``rename[0]`` to ``rename[1]``) as one step.
+
+        The rename happens inside the write transaction, so two processes that
+        record a file take turns and the value that stays describes the last
+        file renamed into place. Inside this connection's own write
+        transaction the value joins it; otherwise (e.g. inside a command's
+        read snapshot) a second connection writes it, waiting at most
+        ``wait`` seconds for another writer. When it can not, the file is
+        renamed all the same and ``False`` returned: a later writer records
+        it. A ``meta`` value is not a commit: the counter does not move.
+        """
+        if self._writing:
+            if rename is not None:
+                os.replace(*rename)
+            self.set_meta(name, value)
+            return True
+        conn = None
+        try:
+            conn = sqlite3.connect(self.path, timeout=wait, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:  # busy, read-only, damaged: the file goes in unrecorded
+            if conn is not None:
+                conn.close()
+            if rename is not None:
+                os.replace(*rename)
+            return False
+        try:
+            if rename is not None:
+                os.replace(*rename)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            return False
+        finally:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            conn.close()
+        return True
 
     def has_vector_digests(self) -> bool:
         """Whether the ``vectors`` table has its ``digest`` column (stores made since it came)."""

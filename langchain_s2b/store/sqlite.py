@@ -40,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,6 +75,9 @@ __all__ = [
     "vector_digest",
 ]
 from langchain_s2b.store.faiss_index import FaissIndex, normalise, read_faiss_file
+from langchain_s2b.store.index_file import INDEX_FILE, index_file, read_record, record_existing
+from langchain_s2b.store.index_file import check as check_file
+from langchain_s2b.store.index_file import write as write_index_file
 from langchain_s2b.store.sqlite_lexical import SQLiteLexical
 
 _marks = marks
@@ -586,14 +588,9 @@ def _vector_ids(conn: sqlite3.Connection, hashes: Sequence[bytes]) -> dict[bytes
     return out
 
 
-INDEX_FILE = "s2b.{database}.{commit}.faiss"
-"""The FAISS index of one state of the database: its id and its commit counter."""
 _REBUILD_BATCH = 20_000
-
-
-def index_file(directory: Path, stamp: tuple[str, int]) -> Path:
-    """Where the FAISS index of the state ``stamp`` is kept."""
-    return directory / INDEX_FILE.format(database=stamp[0], commit=stamp[1])
+_READER_WAIT = 1.0
+"""Seconds a command that only reads waits to record a FAISS file it wrote (then: unrecorded)."""
 
 
 class SQLiteFaissIndex(FaissIndex):
@@ -607,9 +604,12 @@ class SQLiteFaissIndex(FaissIndex):
     commit counter (:func:`index_file`): :meth:`open` reads the file of the
     state being read (memory-mapped for a reader: no copy, pages read as a
     search touches them), and only when there is none builds it from the
-    vectors in the database and writes it. A hit's key, text and metadata are
-    read from the database when a search returns it: nothing is read per leaf
-    when the index opens.
+    vectors in the database and writes it. A file that fails its checks
+    (:func:`~langchain_s2b.store.index_file.check`: size, header, count) is
+    never searched: FAISS is built from the database instead, the problem is
+    kept in :attr:`file_problem`, and the file is written again. A hit's key,
+    text and metadata are read from the database when a search returns it:
+    nothing is read per leaf when the index opens.
 
     Args:
         embedding: the store's model behind its vector cache.
@@ -633,6 +633,11 @@ class SQLiteFaissIndex(FaissIndex):
         self.on_add: Callable[[int], object] | None = None
         """Told how many leaves each add wrote (a command's progress)."""
         self._room = 0
+        self.file_problem: str | None = None
+        """What was wrong with the FAISS file of the state the last :meth:`open` read."""
+        self.file_written = False
+        """Whether the last :meth:`open` wrote the file of its state (it had to build FAISS);
+        for a damaged file of a state without chunks: whether it removed it."""
 
     embeds_on_add = True
     """Leaves come without vectors (:class:`~.child_index.ChildIndex`): :meth:`add_texts` reads
@@ -736,31 +741,41 @@ class SQLiteFaissIndex(FaissIndex):
 
     # The FAISS file -------------------------------------------------------------------
 
-    def open(self, directory: Path, *, mapped: bool = False) -> bool:
+    def open(self, directory: Path, *, mapped: bool = False, mend: bool = True) -> bool:
         """FAISS for the state being read (call in its transaction); whether it was built.
 
-        The file of this state is read (``mapped``: memory-mapped, read-only);
-        without one, FAISS is built from the database and the file written (a
-        store that can not be written to is read all the same).
+        The file of this state is checked and read (``mapped``: memory-mapped,
+        read-only). Without one, or when it fails its checks
+        (:attr:`file_problem` says why), FAISS is built from the database and
+        the file written, over the damaged one unless ``mend=False`` (``s2b
+        verify`` without ``--repair`` changes nothing); a store that can not
+        be written to is read all the same (:attr:`file_written` says).
         """
         stamp = self.db.stamp()
         file = None if stamp is None else index_file(directory, stamp)
         top = self.db.conn.execute("SELECT max(row) FROM children").fetchone()[0]
         self._next_id = 0 if top is None else int(top) + 1
         self.unrestored = []
-        if file is not None and file.is_file():
-            try:
-                index = read_faiss_file(file, mapped=mapped)
-            except ValueError:
-                index = None
-            if index is not None:
-                self._adopt(index)
-                self.read_only = mapped
-                return False
+        self.file_problem = None
+        self.file_written = False
+        if file is not None and os.path.lexists(file):
+            problem = check_file(file, self.db)
+            if problem is None:
+                try:
+                    self._adopt(read_faiss_file(file, mapped=mapped))
+                except ValueError as err:
+                    problem = str(err)
+                else:
+                    self.read_only = mapped
+                    return False
+            self.file_problem = problem
         self.build()
-        if file is not None:
+        if file is not None and (mend or self.file_problem is None):
             with contextlib.suppress(OSError):
-                self.write_file(directory)
+                replace = self.file_problem is not None
+                self.file_written = self.write_file(directory, replace=replace, wait=_READER_WAIT)
+        if file is not None and self.file_problem is not None and self._index is None:
+            self.file_written = not os.path.lexists(file)  # no chunks: no file
         return True
 
     def _adopt(self, index: Any) -> None:
@@ -802,41 +817,52 @@ class SQLiteFaissIndex(FaissIndex):
         else:
             self._adopt(index)
 
-    def write_file(self, directory: Path, *, replace: bool = False) -> Path | None:
+    def write_file(
+        self, directory: Path, *, replace: bool = False, wait: float | None = None
+    ) -> bool:
         """Write FAISS as the file of the state being read; remove the other states' files.
 
         A store without leaves has no file. A file already there for this state
-        is kept, unless ``replace`` (a repair: the file did not match the
-        database). The new file is written beside it and renamed over it. A
-        failed write (FAISS reports a full disk as a ``RuntimeError``) is an
-        ``OSError``.
+        is kept (and recorded, if a store made before records left it without
+        one), unless ``replace`` (a repair: the file is damaged or does not
+        match the database). The new file is written beside it, renamed over
+        it and recorded (:func:`~langchain_s2b.store.index_file.write`; ``wait``:
+        seconds to wait for another writer to record it, default the
+        database's timeout). A failed write is an ``OSError``. Returns whether
+        a file was written.
         """
         stamp = self.db.stamp()
         if stamp is None:
-            return None
+            return False
         if self._index is None:  # no leaves: no file, for this state or an older one
-            for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):
-                other.unlink(missing_ok=True)
-            return None
+            _remove_older(directory, stamp, keep=None)
+            return False
         file = index_file(directory, stamp)
-        if replace or not file.exists():
-            temp = file.with_name(f".tmp-{secrets.token_hex(4)}-{file.name}")
-            try:
-                faiss.write_index(self._index, str(temp))
-                os.replace(temp, file)
-            except RuntimeError as err:
-                raise OSError(f"could not write {file}: {str(err).splitlines()[-1]}") from err
-            finally:
-                temp.unlink(missing_ok=True)
-        for other in directory.glob(INDEX_FILE.format(database="*", commit="*")):
-            if other != file:
-                other.unlink(missing_ok=True)
-        return file
+        wait = self.db.timeout if wait is None else wait
+        written = replace or not os.path.lexists(file)
+        if written:
+            write_index_file(self._index, self.db, file, wait=wait)
+        elif read_record(self.db, file) is None and check_file(file, self.db) is None:
+            record_existing(self.db, file, wait=wait)
+        _remove_older(directory, stamp, keep=file)
+        return written
 
     def restore(self, docstore: BaseStore[str, Document] | None = None) -> int:
         """Build FAISS from the database (call inside a read transaction); the leaves in it."""
         self.build()
         return 0 if self._index is None else int(self._index.ntotal)
+
+
+def _remove_older(directory: Path, stamp: tuple[str, int], *, keep: Path | None) -> None:
+    """Remove the FAISS files of this database's earlier commits (and ``stamp``'s, but ``keep``).
+
+    A later commit's file is left: a command that reads an older snapshot
+    must not remove the file a writer just wrote.
+    """
+    for other in directory.glob(INDEX_FILE.format(database=stamp[0], commit="*")):
+        commit = other.name.split(".")[2]
+        if other != keep and (not commit.isdigit() or int(commit) <= stamp[1]):
+            other.unlink(missing_ok=True)
 
 
 def _common_size(db: Database) -> int:
@@ -961,6 +987,7 @@ def salvage_vectors(db: Database) -> list[tuple[bytes, bytes]]:
     rows, whole = readable_rows(db, sql)
     if not whole:  # a damaged page: read the others one row at a time
         rows = _rows_one_by_one(db, sql)
+    rows = [(h, v, d) for h, v, d in rows if isinstance(h, bytes) and isinstance(v, bytes)]
     usable = _vectors_of_common_size({i: bytes(v) for i, (_, v, _) in enumerate(rows)})
     return [
         (bytes(h), bytes(v))

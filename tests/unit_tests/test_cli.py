@@ -86,7 +86,7 @@ class TestIndex:
             "0 unchanged; 4 document(s), "
         )
         names = sorted(p.name for p in (tmp_path / "s").iterdir())
-        assert names[1:] == ["s2b.lock", "s2b.sqlite"]
+        assert names[1:] == ["s2b.json", "s2b.lock", "s2b.sqlite"]
         assert re.fullmatch(r"s2b\.[0-9a-f]{16}\.[0-9]+\.faiss", names[0])  # the last commit's
 
     def test_rerun_is_a_no_op(self, store: Path, corpus: Path, capsys) -> None:

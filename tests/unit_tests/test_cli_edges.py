@@ -394,10 +394,13 @@ class TestDamageIsDetected:
         )
         code, out, err = _run(capsys, "verify", "--store", str(store), "--repair")
         assert (code, err) == (0, "")
-        assert out.splitlines()[-1] == (
+        (aside,) = store.glob("s2b.sqlite.damaged-*")
+        assert out.splitlines()[-2:] == [
             "rebuilt: 2 file(s) indexed again into a new database file "
-            "(4 vector(s) kept from the damaged one, 0 embedded)"
-        )
+            "(4 vector(s) kept from the damaged one, 0 embedded)",
+            f"the damaged database file is kept as {aside}",
+        ]
+        assert aside.read_bytes() == bytes(data)
         assert _run(capsys, "verify", "--store", str(store))[1].splitlines() == [HEALTHY, "ok"]
         assert _rows_without_keys(_tables(store)) == _rows_without_keys(clean)
 
@@ -606,7 +609,8 @@ class TestMirror:
         assert code == 0
         assert _lines(out) == [
             f"indexed 1 file(s) into {store}: 1 added, 0 updated, 0 removed, 0 unchanged; "
-            "1 document(s), 1 chunk(s), 1 vector(s) (1 embedded, 0 reused)"
+            "1 document(s), 1 chunk(s), 1 vector(s) (1 embedded, 0 reused)",
+            "read once: 1 link(s) to a file this run reads by its real path",  # alias.rst
         ]
         assert _texts(capsys, store, "tapirs") == [("f", "Tapirs browse at night.\n")]
         code, out, _ = _run(

@@ -23,10 +23,20 @@ its rows, inside the write transaction):
 
 Damage: the FAISS file of the current commit is deleted (the next command
 builds it again: ``verify`` is then ``ok``), or replaced by the file of an
-older commit (``verify`` reports "1 FAISS index file that does not match the
-database" exactly when the old file's ids or vectors differ from the
-database's, and ``verify --repair`` says it repaired it and writes the file
-again: the next command reads the repaired file).
+older commit, or truncated to half, or its header or a vector garbled.
+``verify`` reports exactly what :func:`expected_problem` (the rule written out
+again: the file's size, header and SHA-256 against the record made when it was
+written, else its count against the database's chunks) or a comparison of the
+file's ids and vectors with the database's finds; ``verify --repair`` says it
+repaired it and writes the file again, and ``verify`` is then ``ok``. A query
+on a truncated file or a garbled header answers, says so in one line, and
+writes the file again. The database file is damaged where SQLite can not read
+past it (sixteen bytes at offset 100, in the first page's b-tree header, or in
+the file header): every command (``list``, ``query``, ``verify``, ``index``,
+``delete``, ``eval``) says so in one line naming ``verify --repair`` and exits
+1; ``verify --repair`` indexes the files that ``s2b.json`` lists, as they are on
+disk now, into a new database file (exit 3 when one of them is gone, each named),
+and keeps the damaged one aside, byte for byte.
 
 After every step, through a fresh open of the store as a new command opens it
 (the FAISS file memory-mapped, in one read snapshot):
@@ -54,9 +64,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -243,6 +255,79 @@ def file_matches(file: Path, rows: np.ndarray, vectors: np.ndarray) -> bool:
     return bool(np.allclose(index.reconstruct_batch(rows), vectors, atol=1e-6))
 
 
+LAYOUT_HEAD = 82
+"""Bytes before a FAISS file's vectors: the ``IxM2`` header (37), the ``IxFI`` header (37), and
+the byte size of the vectors (8)."""
+
+
+def recorded(directory: Path) -> dict[str, Any] | None:
+    """The FAISS file record in the database's ``meta`` table, read with plain sqlite3."""
+    with contextlib.closing(sqlite3.connect(directory / DB_FILE)) as conn:
+        row = conn.execute("SELECT value FROM meta WHERE name = 'faiss_file'").fetchone()
+    return None if row is None else dict(json.loads(row[0]))
+
+
+def header_of(raw: bytes) -> tuple[bytes, int, int, bytes, int] | None:
+    """``(magic, dim, count, inner magic, vector bytes)`` of a FAISS file's bytes, by hand."""
+    if len(raw) < LAYOUT_HEAD:
+        return None
+    magic, dim, count = raw[0:4], int.from_bytes(raw[4:8], "little"), raw[8:16]
+    inner, data = raw[37:41], int.from_bytes(raw[74:82], "little")
+    return magic, dim, int.from_bytes(count, "little", signed=True), inner, data
+
+
+def expected_problem(directory: Path, current: Path, raw: bytes) -> str | None:
+    """What ``s2b`` must say of ``raw`` as the current FAISS file (``None``: nothing).
+
+    The rule, written out again: against the record of the file (its size,
+    then its header, then its digest), or without one against the database's
+    chunks.
+    """
+    record = recorded(directory)
+    if record is not None and record["name"] != current.name:
+        record = None
+    if record is not None and len(raw) != record["size"]:
+        return f"it is {len(raw)} bytes; {record['size']} were written"
+    head = header_of(raw)
+    if head is None:
+        return f"it is {len(raw)} bytes, shorter than a FAISS header"
+    magic, dim, count, inner, _ = head
+    if magic != b"IxM2" or inner != b"IxFI":
+        return f"its header is not a FAISS IndexIDMap2 over a flat index ({magic!r}, {inner!r})"
+    full = LAYOUT_HEAD + count * dim * 4 + 8 + count * 8
+    if len(raw) != full:
+        return f"it is {len(raw)} bytes; its header declares {count} vectors, {full} bytes"
+    if record is None:
+        leaves = len(database_rows(directory)[0])
+        return (
+            None
+            if count == leaves
+            else f"it holds {count} vectors; the database holds {leaves} chunks"
+        )
+    if hashlib.sha256(raw).hexdigest() != record["sha256"]:
+        return "its SHA-256 is not the one recorded when it was written"
+    return None
+
+
+def expected_damage(directory: Path, current: Path, raw: bytes) -> str | None:
+    """What ``verify`` must list for ``raw`` as the current FAISS file (``None``: ok)."""
+    problem = expected_problem(directory, current, raw)
+    if problem is not None:
+        return f"1 damaged FAISS index file ({current.name}: {problem})"
+    with tempfile.TemporaryDirectory() as scratch:
+        file = Path(scratch) / "f.faiss"
+        file.write_bytes(raw)
+        if file_matches(file, *database_rows(directory)):
+            return None
+    return "1 FAISS index file that does not match the database"
+
+
+def distinct_leaf_texts(directory: Path) -> int:
+    """How many distinct chunk texts the store holds (each one vector)."""
+    with contextlib.closing(sqlite3.connect(directory / DB_FILE)) as conn:
+        return int(conn.execute("SELECT count(DISTINCT vec) FROM children").fetchone()[0])
+
+
 class CliMachine(RuleBasedStateMachine):
     """``s2b index`` / ``verify`` on a real folder and store against a dict of indexed files."""
 
@@ -426,23 +511,148 @@ class CliMachine(RuleBasedStateMachine):
         """An older commit's file under the current name: verify must see it when it differs."""
         old = data.draw(st.sampled_from(self._older_files()))
         current = self._current()
-        rows, vectors = database_rows(self.store)
-        matches = file_matches(old, rows, vectors)
-        event(f"stale file: {'matches the database' if matches else 'differs'}")
+        damaged = expected_damage(self.store, current, old.read_bytes())
+        event(f"stale file: {damaged or 'matches the database'}")
         shutil.copy(old, current)
         code, out, err = run("verify", "--store", str(self.store))
-        if matches:
+        if damaged is None:
             assert (code, out.splitlines()[-1]) == (0, "ok"), (out, err)
             return
-        damaged = "damaged: 1 FAISS index file that does not match the database"
+        self._verify_then_repair(damaged, code, out, err)
+
+    def _questions(self) -> Path:
+        file = self.root / "questions.jsonl"
+        row = {"id": "1", "question": "q?", "answers": ["a"], "doc_id": "a", "evidence": []}
+        file.write_text(json.dumps(row) + "\n")
+        return file
+
+    def _verify_then_repair(self, damaged: str, code: int, out: str, err: str) -> None:
+        """``verify`` saw exactly ``damaged``; ``verify --repair`` writes the file again."""
         assert code == 1, (out, err)
-        assert out.splitlines()[1:] == [damaged], out
+        assert out.splitlines()[1:] == [f"damaged: {damaged}"], out
         repair = f"s2b verify --repair --store {self.store}"
         assert err == f"s2b: error: {self.store} is damaged; run: {repair}\n"
         code, out, err = run("verify", "--repair", "--store", str(self.store))
         assert (code, err) == (0, ""), (out, err)
-        assert out.splitlines()[1] == damaged, out
-        assert out.splitlines()[2].startswith("repaired: 0 document(s) rebuilt"), out
+        assert out.splitlines()[1] == f"damaged: {damaged}", out
+        assert out.splitlines()[2] == (
+            "repaired: 0 document(s) rebuilt from their stored text, 0 removed, 0 damaged row(s) "
+            "and 0 orphan(s) deleted; 0 file(s) read again from disk; the FAISS index file "
+            "written again"
+        ), out
+        self.verify(repair=False)
+
+    @precondition(lambda self: self._started() and self._current().exists())
+    @rule(
+        how=st.sampled_from(["truncate", "header", "vectors"]),
+        then=st.sampled_from(["query", "verify"]),
+        data=st.data(),
+    )
+    def damage_the_faiss_file(self, how: str, then: str, data: st.DataObject) -> None:
+        """A damaged FAISS file: a query says so and answers; verify sees it, --repair mends it.
+
+        A change inside the vectors keeps the file's size and header: only its
+        digest (``verify``) tells, so that damage is always followed by ``verify``.
+        """
+        current = self._current()
+        raw = bytearray(current.read_bytes())
+        head = header_of(bytes(raw))
+        vectors = 0 if head is None else head[4]  # bytes of vectors after the header
+        if how == "vectors" and vectors <= 0:
+            how = "truncate"
+        if how == "truncate":
+            raw = raw[: len(raw) // 2]
+        elif how == "header":
+            raw[0:4] = data.draw(st.binary(min_size=4, max_size=4).filter(lambda b: b != b"IxM2"))
+        else:
+            at = LAYOUT_HEAD + 4 * data.draw(st.integers(0, vectors // 4 - 1))
+            raw[at : at + 4] = bytes(b ^ 0x5A for b in raw[at : at + 4])
+            then = "verify"
+        event(f"damaged FAISS file: {how}, then {then}")
+        problem = expected_problem(self.store, current, bytes(raw))
+        assert problem is not None
+        current.write_bytes(bytes(raw))
+        if then == "verify":
+            code, out, err = run("verify", "--store", str(self.store))
+            self._verify_then_repair(
+                f"1 damaged FAISS index file ({current.name}: {problem})", code, out, err
+            )
+        else:
+            code, out, err = run(
+                "query", MARKERS[0], "--store", str(self.store), "--json", "-k", "1"
+            )
+            assert code == 0, (out, err)
+            rows, vectors_ = database_rows(self.store)
+            did = (
+                "this run built the index from the database and wrote the file again"
+                if len(rows)
+                else "this run removed it (the store holds no chunks: it needs none)"
+            )
+            assert err == (
+                f"s2b: warning: the FAISS index file of {self.store} is damaged ({problem}); "
+                f"{did}; check the disk, and the rest of the store with s2b verify --store "
+                f"{self.store}\n"
+            )
+            assert current.exists() == bool(len(rows))
+            if len(rows):
+                assert file_matches(current, rows, vectors_)
+                assert expected_problem(self.store, current, current.read_bytes()) is None
+
+    @precondition(lambda self: self._started())
+    @rule(where=st.sampled_from(["first page", "header"]), data=st.data())
+    def damage_the_database(self, where: str, data: st.DataObject) -> None:
+        """Damage SQLite can not read past: every command says so; --repair indexes again.
+
+        ``first page``: sixteen bytes at offset 100, the first page's b-tree header
+        (its type byte made one no page has). ``header``: the file's first sixteen
+        bytes. The new database holds the files ``s2b.json`` lists, as they are on
+        disk now.
+        """
+        database = self.store / DB_FILE
+        junk = bytearray(data.draw(st.binary(min_size=16, max_size=16)))
+        junk[0] = junk[0] | 0x80  # no page type has it; no file header starts with it
+        raw = bytearray(database.read_bytes())
+        at = 100 if where == "first page" else 0
+        raw[at : at + 16] = junk
+        database.write_bytes(bytes(raw))
+        event(f"damaged database: {where}")
+        line = re.compile(
+            rf"s2b: error: the database file {re.escape(str(database))} is damaged \([^\n]+\); "
+            rf"run: s2b verify --repair --store {re.escape(str(self.store))} \(it indexes the "
+            r"files again into a new database file\)\n"
+        )
+        folder = str(self.folder)
+        for argv in (
+            ["list"],
+            ["query", MARKERS[0]],
+            ["verify"],
+            ["index", folder],
+            ["delete", str(self.folder / FILES[0])],
+            ["eval", "--questions", str(self._questions())],
+        ):
+            code, out, err = run(*argv, "--store", str(self.store))
+            assert (code, out) == (1, ""), (argv, out, err)
+            assert line.fullmatch(err), (argv, err)
+        code, out, err = run("verify", "--repair", "--store", str(self.store))
+        kept = {rel: self.disk[rel] for rel in self.model if rel in self.disk}
+        gone = sorted(rel for rel in self.model if rel not in self.disk)
+        (aside,) = self.store.glob(f"{DB_FILE}.damaged-*")
+        assert aside.read_bytes() == bytes(raw)
+        aside.unlink()
+        embedded = distinct_leaf_texts(self.store)
+        listed = ", as s2b.json lists them" if self.model else ""  # the database: nothing
+        assert out.splitlines() == [
+            f"rebuilt: {len(kept)} file(s) indexed again into a new database file{listed} "
+            f"(0 vector(s) kept from the damaged one, {embedded} embedded)",
+            f"the damaged database file is kept as {aside}",
+        ], out
+        assert err == "".join(
+            f"s2b: could not rebuild {self._source(rel)}: the file is gone\n" for rel in gone
+        ), err
+        assert code == (3 if gone else 0), (out, err)
+        self.model = kept
+        self.last_stamp = None  # a new database: a new id, its own counter
+        self.verify(repair=False)
 
     # What must hold after every step ------------------------------------------------------
 
@@ -582,7 +792,9 @@ def test_repair_replaces_a_stale_faiss_file(tmp_path: Path) -> None:
     assert run("verify", "--store", str(store))[0] == 1
     code, out, _ = run("verify", "--repair", "--store", str(store))
     assert code == 0
-    assert "damaged: 1 FAISS index file that does not match the database" in out
+    size, written = old.stat().st_size, recorded(store)["size"]  # type: ignore[index]
+    assert f"damaged: 1 damaged FAISS index file ({current.name}: it is {size} bytes; " in out
+    assert f"; {written} were written)" in out
     assert run("verify", "--store", str(store))[:2] == (0, out.splitlines()[0] + "\nok\n")
     code, out, _ = run("query", "markbeta", "--store", str(store), "--json", "-k", "1")
     assert code == 0

@@ -64,7 +64,7 @@ class TestHostileText:
         assert code == 0
         assert not any(c in out for c in RAW)
         assert "**Quokkas smile  at tourists.**" in out
-        assert out.splitlines()[0].split("  ")[2] == "evil"  # the title, sanitised
+        assert out.splitlines()[0].split("  ")[2] == "evil\\x1b[31m\\x07"  # the title, escaped
 
     def test_rich_output(self, hostile_store: Path) -> None:
         class Tty(io.StringIO):
@@ -88,7 +88,8 @@ class TestHostileText:
 
     def test_list_and_error_messages(self, hostile_store: Path, tmp_path: Path, capsys) -> None:
         code, out, _ = _run(capsys, "list", "--store", str(hostile_store))
-        assert out.splitlines()[0] == f"{tmp_path / 'docs' / 'evil.txt'}  1 document(s), 3 chunk(s)"
+        shown = f"{tmp_path / 'docs'}/evil\\x1b[31m\\x07.txt"  # as s2b delete takes it
+        assert out.splitlines()[0] == f"{shown}  1 document(s), 3 chunk(s)"
         code, _, err = _run(capsys, "index", str(tmp_path / "no\x1b]0;x\x07pe"), "--store", "s")
         assert (code, err) == (
             1,
@@ -167,11 +168,21 @@ class TestErrors:
         code, _, err = _run(capsys, "query", "q", "--store", str(store))
         assert (code, err) == (
             1,
-            f"s2b: error: bad configuration in {store / 's2b.sqlite'}: embedding 'bert'\n",
+            f"s2b: error: bad configuration in {store / 's2b.sqlite'}: embedding 'bert'; run: s2b "
+            f"verify --repair --store {store} (it indexes the files again into a new database "
+            "file)\n",
         )
         (store / "s2b.sqlite").write_bytes(b"this is not a database, just some bytes" * 100)
         for name in ("s2b.sqlite-wal", "s2b.sqlite-shm"):
             (store / name).unlink(missing_ok=True)
+        code, _, err = _run(capsys, "list", "--store", str(store))
+        assert (code, err) == (  # s2b.json says an s2b database was there: it is damaged
+            1,
+            f"s2b: error: the database file {store / 's2b.sqlite'} is damaged (file is not a "
+            f"database); run: s2b verify --repair --store {store} (it indexes the files again "
+            "into a new database file)\n",
+        )
+        (store / "s2b.json").unlink()  # nothing says what it was
         code, _, err = _run(capsys, "list", "--store", str(store))
         assert (code, err) == (
             1,

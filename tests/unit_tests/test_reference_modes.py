@@ -332,7 +332,8 @@ def run(case: Case) -> None:
         )
 
         for hit in every:  # the index is exact: its scores are the cosines (or their transform)
-            assert hit.score == pytest.approx(exact_score(case.index, emb, vector, hit.node), abs=1e-5)
+            exact = exact_score(case.index, emb, vector, hit.node)
+            assert hit.score == pytest.approx(exact, abs=1e-5)
 
         def oracle(fetch: int) -> list[ref.Hit]:
             return every

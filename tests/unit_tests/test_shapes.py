@@ -13,7 +13,7 @@ those sentences, all equally (every other sentence scores 0).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given
@@ -142,7 +142,8 @@ class TestParent:
         assert [m["split_id"] for m in meta["matches"]] == [
             leaf_no(TEXT, marker("a", 1, 2, i)) for i in (3, 5)
         ]
-        assert "escalation" not in meta and "cut_from" not in meta
+        assert "escalation" not in meta
+        assert "cut_from" not in meta
 
     def test_a_parent_that_does_not_fit_is_cut_around_its_hits(self) -> None:
         # hits 3 and 5 of a paragraph, 75 tokens: from 3, the neighbour worth more is 4
@@ -150,7 +151,8 @@ class TestParent:
         query = f"{marker('a', 1, 2, 3)} {marker('a', 1, 2, 5)}"
         (doc,) = retriever("parent", ONE).invoke(query, k=1, max_tokens=75)
         start, end = span_of(TEXT, marker("a", 1, 2, 3), marker("a", 1, 2, 5))
-        assert doc.page_content == TEXT[start:end] and tokens(doc.page_content) == 75
+        assert doc.page_content == TEXT[start:end]
+        assert tokens(doc.page_content) == 75
         parent = span_of(TEXT, marker("a", 1, 2, 0), marker("a", 1, 2, 9))
         meta = doc.metadata
         assert (meta["level"], meta["escalation"], meta["tokens"]) == ("sentence", "cut", 75)
@@ -295,7 +297,7 @@ class Affine(Embeddings):
 
 
 class TestRelevanceAcrossScales:
-    QUERIES = [
+    QUERIES: ClassVar[list[str]] = [
         f"{marker('a', 0, 1, 4)} {marker('a', 2, 3, 6)} lorem",
         f"{marker('a', 1, 2, 3)} {marker('a', 1, 2, 5)} {marker('a', 3, 0, 0)} ipsum ipsum",
         f"{marker('a', 2, 0, 5)} {marker('a', 2, 3, 1)} dolor",
