@@ -24,7 +24,7 @@ from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
 )
-from langchain_core.documents import Document
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
@@ -65,7 +65,7 @@ from langchain_s2b.store.runner import Runner
 T = TypeVar("T")
 _NOT_SAVED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
-    | {"callbacks", "token_counter"}
+    | {"callbacks", "token_counter", "reranker"}
 )
 
 
@@ -155,6 +155,8 @@ class SmallToBigRetriever(BaseRetriever):
     """Rank children by dense and BM25 scores fused by z-scores (needs ``tantivy``)."""
     parent_level: str | None = None
     """Parent mode: the level of the parent returned (default: the child's nearest ancestor)."""
+    reranker: BaseDocumentCompressor | None = None
+    """Reorders the ``fetch_k`` best children before the evidence and any budget (not saved)."""
     margin: float = Field(default=MARGIN, ge=0)
     """Evidence: hits within this many standard deviations of the query's scores of the best."""
     merge_threshold: float | None = Field(default=None, ge=0, lt=1)

@@ -25,6 +25,12 @@ The contract, written once here:
   each result (its best match's) and match is the fused score. The
   *evidence*: hits scoring above 0 whose relevance is within ``margin`` of
   the best.
+* **Reranker.** With one, the first ``fetch_k`` hits of that ranking (twice as
+  many each time the search doubles) go to it as documents (the child's text,
+  its key as ``id``); the ones it returns, in its order, are the hits, each
+  with its ``rerank_score`` (its ``relevance_score`` when it gives one for every
+  document, else ``(n - place) / n``), the relevance the z-score of those. No
+  deeper child is evidence, and when it dropped any no deeper search follows.
 * **Depth.** The first search is ``max(fetch_k, k)`` deep, at least 100 when
   relevance is read (hybrid search, multilevel and pack modes, ``k=None``),
   and doubles until the mode has ``k`` results, or, with ``k=None`` (only
@@ -311,6 +317,10 @@ class Settings:
     """``None``: ``ceil(chars / 4)``."""
     lexical: Lexical | None = None
     """Hybrid search (``None``: dense only)."""
+    reranker: Any = None
+    """A ``BaseDocumentCompressor`` reordering the first children (``None``: none)."""
+    query: str = ""
+    """The query text (what a reranker reads)."""
     trace: dict[str, Any] = field(default_factory=dict)
     """What a run computed on the way (``fused``: the fused scores), for the tests."""
 
@@ -353,6 +363,8 @@ class Ranking:
     exhausted: bool
     bound: float | None
     """The best relevance a child the search did not return may have (``None``: none)."""
+    fused: dict[str, float] | None = None
+    reranked: dict[str, float] | None = None
 
 
 def z_of(scores: list[float]) -> Callable[[float], float]:
@@ -398,7 +410,41 @@ def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
     zf = z_of([fused[k] for k in keys])  # relevance: on the scale of the fused scores
     bound = None if last is None or last <= 0 else zf(z(last) + LEXICAL_WEIGHT * low)
     relevance = {k: zf(fused[k]) for k in keys}
-    return Ranking([by_key[k] for k in keys], relevance, exhausted, bound)
+    return Ranking([by_key[k] for k in keys], relevance, exhausted, bound, fused)
+
+
+def rerank(r: Ranking, s: Settings, query: str, n: int) -> Ranking:
+    """The first ``n`` hits as the reranker orders them; the rest are gone.
+
+    Its ``relevance_score`` (given for all) or ``(n - place) / n`` is the
+    ``rerank_score``; relevance is its z-score; no deeper child is evidence.
+    """
+    top = r.hits[:n]
+    if s.reranker is None or not top:
+        return r
+    docs = [
+        Document(
+            page_content=text_of(h.node),
+            metadata={"key": h.node.key, "source_id": h.node.source.source_id, "score": h.score},
+            id=h.node.key,
+        )
+        for h in top
+    ]
+    by_key = {h.node.key: h for h in top}
+    kept: list[tuple[Hit, Any]] = []
+    for doc in s.reranker.compress_documents(docs, query):
+        key = doc.id if doc.id in by_key else doc.metadata["key"]
+        if all(h.node.key != key for h, _ in kept):
+            kept.append((by_key[key], doc.metadata.get("relevance_score")))
+    if all(isinstance(x, int | float) and not isinstance(x, bool) for _, x in kept):
+        scores = {h.node.key: float(score) for h, score in kept}
+    else:
+        scores = {h.node.key: (len(kept) - p) / len(kept) for p, (h, _) in enumerate(kept)}
+    hits = [h for h, _ in kept]
+    z = z_of([scores[h.node.key] for h in hits])
+    done = len(kept) < len(top) or (r.exhausted and len(top) == len(r.hits))
+    fused = None if r.fused is None else {h.node.key: r.fused[h.node.key] for h in hits}
+    return Ranking(hits, {k: z(v) for k, v in scores.items()}, done, None, fused, scores)
 
 
 def evidence(r: Ranking, s: Settings) -> list[Hit]:
@@ -494,9 +540,9 @@ UNITS: Mapping[str, Callable[[list[Hit], Settings], list[Unit]]] = {
 def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
     """The documents ``invoke`` must return, given what the index ranks."""
     scaled = s.lexical is not None or mode in ("multilevel", "pack") or s.count is None
-    depth = max(s.fetch_k, s.count or 0, STATS_DEPTH if scaled else 0)
+    depth = first = max(s.fetch_k, s.count or 0, STATS_DEPTH if scaled else 0)
     while True:
-        r = rank(oracle, s, depth)
+        r = rerank(rank(oracle, s, depth), s, s.query, s.fetch_k * depth // first)
         units = UNITS[mode](r.hits, s)
         if r.exhausted:
             break
@@ -513,12 +559,13 @@ def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
         docs = pack(r, s)
     else:
         docs = held(mode, chosen, s)
-    if s.lexical is not None:
-        for doc in docs:
-            matches = doc.metadata["matches"]
-            for m in matches:
-                m["fused_score"] = s.trace["fused"][m["key"]]
-            doc.metadata["fused_score"] = max(m["fused_score"] for m in matches)
+    for name, scores in (("fused_score", r.fused), ("rerank_score", r.reranked)):
+        if scores is not None:
+            for doc in docs:
+                matches = doc.metadata["matches"]
+                for m in matches:
+                    m[name] = scores[m["key"]]
+                doc.metadata[name] = max(m[name] for m in matches)
     return docs
 
 

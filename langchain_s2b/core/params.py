@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
+from langchain_core.documents import BaseDocumentCompressor
+
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 
 Mode = Literal["parent", "window", "multilevel", "pack"]
@@ -34,6 +36,7 @@ class QueryParams:
     hybrid: bool = True
     token_counter: TokenCounter = approximate_tokens
     parent_level: str | None = None
+    reranker: Any = None
 
     @property
     def count(self) -> int | None:
@@ -88,6 +91,13 @@ def check(params: QueryParams) -> QueryParams:
         msg = (
             "token_counter must be a callable from text to a token count (for example "
             f"chat_model.get_num_tokens); got {type(params.token_counter).__name__}."
+        )
+        raise ValueError(msg)
+    if params.reranker is not None and not isinstance(params.reranker, BaseDocumentCompressor):
+        got = type(params.reranker).__name__
+        msg = (
+            "reranker must be a LangChain BaseDocumentCompressor (e.g. CrossEncoderReranker, "
+            f"FlashrankRerank, CohereRerank) or None; got {got}."
         )
         raise ValueError(msg)
     if params.parent_level is not None and not isinstance(params.parent_level, str):

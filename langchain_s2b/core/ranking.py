@@ -14,11 +14,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from langchain_core.documents import Document
+
 from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse, z_scores
 from langchain_s2b.core.hits import Hit, dedupe_hits
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.relevance import STATS_DEPTH, Scale, cut, scale_of
-from langchain_s2b.core.requests import Found, LeafHits, Op, Search, SearchText, Vector, ask
+from langchain_s2b.core.requests import (
+    Found,
+    LeafHits,
+    Op,
+    Rerank,
+    Search,
+    SearchText,
+    Vector,
+    ask,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class Ranked:
     """The best dense score a child left out of the search may have (``None``: exhausted)."""
     bound: float | None = None
     """The best relevance a child the search did not return may have (``None``: none)."""
+    reranked: dict[str, float] | None = None
+    """With a reranker, each hit's ``rerank_score`` (the hits are those it kept, its order)."""
 
 
 def first_depth(params: QueryParams) -> int:
@@ -55,8 +68,21 @@ def needs_scale(params: QueryParams) -> bool:
     return params.hybrid or params.mode in ("multilevel", "pack") or params.count is None
 
 
-def ranked(query: str, vector: Vector, params: QueryParams, depth: int) -> Op[Ranked]:
-    """Search ``depth`` deep and rank (fused with BM25's best under hybrid search)."""
+def ranked(
+    query: str, vector: Vector, params: QueryParams, depth: int, rerank: int | None = None
+) -> Op[Ranked]:
+    """Search ``depth`` deep and rank.
+
+    Fused with BM25's best under hybrid search; with a reranker, its order of
+    the first ``rerank`` (default ``fetch_k``) children.
+    """
+    ranking = yield from _searched(query, vector, params, depth)
+    if params.reranker is None:
+        return ranking
+    return (yield from _reranked(query, ranking, params, rerank or params.fetch_k))
+
+
+def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op[Ranked]:
     found = yield from ask(Search(vector, query, depth, params.filter))
     hits = dedupe_hits(found.hits)
     scores = [hit.score for hit in hits]
@@ -105,3 +131,70 @@ def may_hold_evidence(ranking: Ranked, margin: float) -> bool:
     if ranking.exhausted or ranking.bound is None or not ranking.relevance:
         return False
     return ranking.bound >= cut(ranking.relevance, margin)
+
+
+class RerankerError(ValueError):
+    """A reranker failed, returned documents it was not given, or dropped them all."""
+
+
+def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ranked]:
+    """The first ``n`` hits as the reranker orders them (those it drops are gone).
+
+    Each hit goes to it as a ``Document`` of the child's text with its key as ``id``
+    (and in ``metadata["key"]``). Its ``relevance_score`` metadata, where it gives one
+    for every document, is the ``rerank_score``; else the place it gave: ``(n - p) / n``.
+    The relevance is then the z-score of those scores; no deeper child is evidence.
+    A reranker that drops children has judged the rest: no deeper search follows.
+    """
+    top = ranking.hits[:n]
+    if not top:
+        return ranking
+    reranker = params.reranker
+    sent = [
+        Document(
+            page_content=hit.text,
+            metadata={"key": hit.key, "source_id": hit.source_id, "score": hit.score},
+            id=hit.key,
+        )
+        for hit in top
+    ]
+    name = type(reranker).__name__
+    try:
+        answer = yield from ask(Rerank(reranker, query, sent))
+    except Exception as err:  # any failure of a user's reranker: one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        msg = f"The reranker {name} failed on {len(sent)} children: {type(err).__name__}: {first}"
+        raise RerankerError(msg[:400]) from None
+    by_key = {hit.key: hit for hit in top}
+    order: list[tuple[Hit, float | None]] = []
+    for doc in answer:
+        key = doc.id if doc.id in by_key else doc.metadata.get("key")
+        if key not in by_key:
+            msg = (
+                f"The reranker {name} returned a document it was not given "
+                f"(id {doc.id!r}, text {doc.page_content[:40]!r}); it must return some of the "
+                f"{len(sent)} children it got, reordered."
+            )
+            raise RerankerError(msg)
+        if all(key != hit.key for hit, _ in order):
+            given = doc.metadata.get("relevance_score")
+            score = (
+                float(given)
+                if isinstance(given, int | float) and not isinstance(given, bool)
+                else None
+            )
+            order.append((by_key[key], score))
+    if not order:
+        msg = f"The reranker {name} dropped all {len(sent)} children it was given."
+        raise RerankerError(msg)
+    if all(score is not None for _, score in order):
+        scores = {hit.key: float(score) for hit, score in order if score is not None}
+    else:
+        scores = {hit.key: (len(order) - p) / len(order) for p, (hit, _) in enumerate(order)}
+    hits = [hit for hit, _ in order]
+    scale = scale_of([scores[hit.key] for hit in hits])
+    relevance = {hit.key: scale.z(scores[hit.key]) for hit in hits}
+    fused = None if ranking.fused is None else {h.key: ranking.fused[h.key] for h in hits}
+    # done when it dropped some (it judged them), or it saw every child the search has
+    done = len(order) < len(sent) or (ranking.exhausted and len(sent) == len(ranking.hits))
+    return Ranked(hits, relevance, fused, ranking.scale, done, None, None, scores)

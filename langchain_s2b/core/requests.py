@@ -95,6 +95,15 @@ class LeafHits(Request[dict[str, Hit]]):
 
 
 @dataclass(frozen=True)
+class Rerank(Request[list[Document]]):
+    """Documents reordered (and perhaps dropped) by a ``BaseDocumentCompressor`` for a query."""
+
+    reranker: Any
+    query: str
+    documents: list[Document]
+
+
+@dataclass(frozen=True)
 class SearchMany(Request[list[Found]]):
     """:class:`Search` for many queries of one ``fetch`` and filter (one matrix search)."""
 

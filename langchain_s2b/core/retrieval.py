@@ -55,9 +55,9 @@ def retrieve_vector(
 ) -> Op[list[Document]]:
     """:func:`retrieve` for a query already embedded."""
     plan = PLANS[params.mode]
-    depth = first_depth(params)
+    first = depth = first_depth(params)
     while True:
-        ranking = yield from ranked(query, vector, params, depth)
+        ranking = yield from ranked(query, vector, params, depth, params.fetch_k * depth // first)
         groups = plan.group(ranking.hits, params)
         if ranking.exhausted:
             break
@@ -68,9 +68,10 @@ def retrieve_vector(
             break
         depth *= 2
     docs = yield from plan.resolve(groups, ranking, params, on_missing)
-    if ranking.fused is not None:
-        for doc in docs:
-            _mark_fused(doc, ranking.fused)
+    for name, scores in (("fused_score", ranking.fused), ("rerank_score", ranking.reranked)):
+        if scores is not None:
+            for doc in docs:
+                _mark(doc, name, scores)
     return docs
 
 
@@ -190,13 +191,13 @@ def _cut_from(docs: list[Document]) -> dict[str, object]:
     return whole
 
 
-def _mark_fused(doc: Document, relevance: Mapping[str, float]) -> None:
-    """Put the fused rank score on a result and its matches."""
+def _mark(doc: Document, name: str, scores: Mapping[str, float]) -> None:
+    """Put a rank score (``fused_score``, ``rerank_score``) on a result (its best) and matches."""
     matches = doc.metadata.get("matches", [])
     for match in matches:
-        match["fused_score"] = relevance[match["key"]]
+        match[name] = scores[match["key"]]
     if matches:
-        doc.metadata["fused_score"] = max(match["fused_score"] for match in matches)
+        doc.metadata[name] = max(match[name] for match in matches)
 
 
 def _window_bounds(group: Group) -> Bounds:

@@ -35,6 +35,7 @@ from langchain_s2b.core.requests import (
     Remove,
     RemoveLeaves,
     Request,
+    Rerank,
     ScanKeys,
     Search,
     SearchMany,
@@ -113,6 +114,8 @@ class Runner:
                 return []
             case LeafHits(keys, flt, vector):
                 return index.leaf_hits(keys, flt, vector)
+            case Rerank(reranker, query, documents):
+                return list(reranker.compress_documents(documents, query))
             case Fetch(keys):
                 return store.mget(keys)
             case Put(pairs):
@@ -157,6 +160,8 @@ class Runner:
                 return []
             case LeafHits(keys, flt, vector):
                 return await index.aleaf_hits(keys, flt, vector)
+            case Rerank(reranker, query, documents):
+                return list(await reranker.acompress_documents(documents, query))
             case Fetch(keys):
                 return await store.amget(keys)
             case Put(pairs):

@@ -38,6 +38,7 @@ from langchain_s2b.core.keys import node_key
 from langchain_s2b.core.tree import Level
 
 from .. import reference as ref
+from ._rerankers import WordOverlap
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -252,6 +253,9 @@ def squared(text: str) -> int:
 
 
 COUNTERS: dict[str, Any] = {"chars / 4": None, "words": words, "squared": squared}
+RERANKERS = [None, None, WordOverlap(), WordOverlap(top_n=2), WordOverlap(scores=False)]
+"""No reranker (most cases), or one that reorders by word overlap (with scores, keeping two,
+by its order alone)."""
 
 
 @st.composite
@@ -271,6 +275,7 @@ def options(draw: st.DrawFn) -> dict[str, Any]:
         "margin": draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5])),
         "hybrid": draw(st.booleans()),
         "token_counter": COUNTERS[draw(st.sampled_from(sorted(COUNTERS)))],
+        "reranker": draw(st.sampled_from(RERANKERS)),
     }
 
 
@@ -318,7 +323,11 @@ def run(case: Case) -> None:
     if case.index not in EXACT:
         record_searches(retriever, store, raw)
 
-    opts = {k: v for k, v in case.opts.items() if v is not None or k != "token_counter"}
+    opts = {
+        k: v
+        for k, v in case.opts.items()
+        if v is not None or k not in ("token_counter", "reranker")
+    }
     got = retriever.invoke(case.query, filter=flt, **opts)
 
     def hits_of(pairs: list[tuple[str, float]]) -> list[ref.Hit]:
@@ -375,6 +384,8 @@ def run(case: Case) -> None:
         margin=o["margin"],
         token_counter=o["token_counter"],
         lexical=lexical,
+        reranker=o["reranker"],
+        query=case.query,
     )
     want = ref.retrieve(case.mode, oracle, settings)
     fused = settings.trace.get("fused")
@@ -386,6 +397,7 @@ def run(case: Case) -> None:
     event(f"index: {case.index}")
     event(f"results: {min(len(want), 3)}{'+' if len(want) >= 3 else ''}")
     event(f"embedding: {case.embedding}")
+    event(f"reranker: {case.opts['reranker']!r:.40}")
     event(f"k: {'None (as many as fit)' if case.opts['k'] is None else 'a number'}")
     if any(d.metadata.get("escalation") == "cut" for d in want):
         event("a result cut to the ceiling")
