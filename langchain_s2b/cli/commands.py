@@ -105,7 +105,11 @@ def _check_query(args: argparse.Namespace) -> str | None:
     if not args.question.strip():
         return "the question is empty; ask something, e.g. s2b query 'who was Rollo?'"
     unused = [
-        (args.window_size is not None and args.mode != "window", "--window-size", "window"),
+        (
+            args.window_size is not None and args.mode not in ("window", "pack"),
+            "--window-size",
+            "window or pack",
+        ),
         (args.parent_level is not None and args.mode != "parent", "--parent-level", "parent"),
     ]
     for wrong, option, mode in unused:

@@ -34,8 +34,11 @@ tokens), where the tree's nearest parent, a paragraph, is often one line of a re
 _DEFAULTS = QueryParams()
 DEFAULT_K = DEFAULT_RESULTS
 """Results without ``--max-tokens``; with it, ``-k`` is a cap and its default is as many as fit."""
-DEFAULT_MODE = _DEFAULTS.mode
-"""The Python API's defaults (``SmallToBigRetriever`` reads the same ``QueryParams``)."""
+DEFAULT_MODE = "pack"
+"""``s2b query``'s and ``s2b serve``'s mode: the evidence and its neighbours packed by value
+(1,024 tokens unless ``--max-tokens`` says otherwise). Told a budget it beat every other mode at
+every budget on the dev set with both benchmark models (README, Evaluation); the Python API
+keeps ``parent``, LangChain's parent-document default."""
 COUNTERS = ("approximate", "words")
 """``--token-counter`` choices: LangChain's ``count_tokens_approximately``, or words."""
 DEFAULT_COUNTER = "approximate"

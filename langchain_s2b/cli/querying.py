@@ -18,6 +18,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli.errors import UserError, damaged_store
+from langchain_s2b.cli.options import DEFAULT_MODE as DEFAULT_MODE
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.params import DEFAULT_K as DEFAULT_K
@@ -31,7 +32,6 @@ TOKEN_COUNTERS: dict[str, TokenCounter] = {
 }
 """``--token-counter`` choices: the retriever's default, or whitespace-separated words."""
 _FIELDS = SmallToBigRetriever.model_fields
-DEFAULT_MODE = str(_FIELDS["mode"].default)
 DEFAULT_COUNTER = next(
     name for name, count in TOKEN_COUNTERS.items() if count is _FIELDS["token_counter"].default
 )

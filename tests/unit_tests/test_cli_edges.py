@@ -757,8 +757,8 @@ class TestFirstHour:
             (["   "], "the question is empty; ask something, e.g. s2b query 'who was Rollo?'"),
             (["q", "--mode", "window", "--parent-level", "doc"],
              "--parent-level is for --mode parent; --mode window does not use it"),
-            (["q", "--window-size", "2"],
-             "--window-size is for --mode window; --mode parent does not use it"),
+            (["q", "--mode", "parent", "--window-size", "2"],
+             "--window-size is for --mode window or pack; --mode parent does not use it"),
         ],
     )  # fmt: skip
     def test_an_empty_query_or_an_unused_option_is_one_line(

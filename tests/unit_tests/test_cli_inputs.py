@@ -253,7 +253,8 @@ class TestNamesShownAreNamesTaken:
         (tmp_path / self.NAME).write_text("Wombats dig burrows markalpha.")
         store = tmp_path / "s"
         assert run("index", str(tmp_path / self.NAME), "--store", str(store))[0] == 0
-        code, out, err = run("query", "markalpha", "--store", str(store), "-k", "1")
+        argv = ["query", "markalpha", "--store", str(store), "-k", "1", "--mode", "parent"]
+        code, out, err = run(*argv)
         assert (code, err) == (0, "")
         title = self.SHOWN.removesuffix(".md")  # a text file's title is its name's stem
         assert out.splitlines()[0].endswith(f"  {title}  [parent/section, chars 0-30]")

@@ -135,7 +135,8 @@ class TestErrors:
             gone = db.execute("SELECT key FROM nodes WHERE key LIKE '%/section/0'").fetchone()[0]
             db.execute("DELETE FROM nodes WHERE key = ?", (gone,))
         capsys.readouterr()
-        code, out, err = _run(capsys, "query", "wombats", "--store", str(store), "-k", "1")
+        argv = ["query", "wombats", "--store", str(store), "-k", "1", "--mode", "parent"]
+        code, out, err = _run(capsys, *argv)  # parent mode reads the section
         assert (code, out) == (1, "")
         assert err == (
             f"s2b: error: the index in {store} is damaged (node {gone!r} is missing); "
@@ -252,7 +253,7 @@ class TestDefaults:
         args = cli.build_parser().parse_args(["query", "q", "--store", "x"])
         assert (args.k, args.mode, args.window_size, args.max_tokens) == (
             fields["k"].default,
-            fields["mode"].default,
+            "pack",  # the command's own mode: the best told a budget (README, Evaluation)
             None,  # not passed: the retriever's own window_size applies
             None,
         )
@@ -263,6 +264,7 @@ class TestDefaults:
         store = tmp_path / "s"
         assert main(["index", str(tmp_path / "a.txt"), "--store", str(store)]) == 0
         capsys.readouterr()
-        argv = ["query", "wombats", "--store", str(store), "--json", "--parent-level", "paragraph"]
+        argv = ["query", "wombats", "--store", str(store), "--json", "--mode", "parent"]
+        argv += ["--parent-level", "paragraph"]
         code, out, _ = _run(capsys, *argv)  # 8 paragraph parents: k (default 4) of them
         assert (code, len(json.loads(out)["results"])) == (0, 4)

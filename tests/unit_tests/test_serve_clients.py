@@ -163,7 +163,7 @@ def _expected_first_context(path: Path) -> dict[str, Any]:
         "end": SECTION_END,
         "mode": "parent",
         "level": "section",
-        "tokens": None,
+        "tokens": -(-SECTION_END // 4),  # every result carries its tokens: ceil(chars / 4)
         "text": NORMANS[:SECTION_END],
     }
 
@@ -196,13 +196,13 @@ def _text(result: Any) -> str:
 async def test_stdio_search_returns_the_right_context_as_s2b_query_does(
     store: Path, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    reference = _query_json(store, capsys, "-k", "2")["results"]
+    reference = _query_json(store, capsys, "-k", "2", "--mode", "parent")["results"]
     normans = corpus / "normans.md"
     errlog = tmp_path / "server.err"
     with anyio.fail_after(TIMEOUT):
         async with stdio_session(store, errlog) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
-            result = await session.call_tool("search", {"query": QUERY, "k": 2})
+            result = await session.call_tool("search", {"query": QUERY, "k": 2, "mode": "parent"})
 
     assert sorted(tools) == ["read", "search"]
     assert tools["search"].description.startswith(
@@ -212,6 +212,7 @@ async def test_stdio_search_returns_the_right_context_as_s2b_query_does(
         "parent",
         "window",
         "multilevel",
+        "pack",
     ]
     assert not result.isError
     contexts = result.structuredContent["contexts"]
@@ -262,11 +263,11 @@ async def test_stdio_read_and_bad_input_are_one_line_errors_and_the_server_goes_
                 "read", {"source": normans, "start": ROLLO[0], "max_tokens": 3}
             )
             filtered = await session.call_tool(
-                "search", {"query": QUERY, "filter": {"title": "steam"}, "k": 1}
+                "search", {"query": QUERY, "filter": {"title": "steam"}, "k": 1, "mode": "parent"}
             )
     allowed = "allowed: $eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $and, $or, $not."
     assert errors == [
-        "search: mode: Input should be 'parent', 'window' or 'multilevel'; got 'bogus'",
+        "search: mode: Input should be 'parent', 'window', 'multilevel' or 'pack'; got 'bogus'",
         "search: k must be from 1 to 100; got -1",
         "search: $and takes a non-empty list of filters; got 5.",
         f"search: unknown filter operator '$regex' for field 'title'; {allowed}",
@@ -311,11 +312,11 @@ async def test_stdio_sees_what_s2b_index_commits_while_it_runs(
         async with stdio_session(store, errlog) as session:
             missing = await session.call_tool("search", {"query": QUERY})
             assert main(["index", str(corpus), "--store", str(store)]) == 0
-            first = await session.call_tool("search", {"query": QUERY, "k": 1})
-            before = await session.call_tool("search", {"query": "Duke William England", "k": 1})
+            first = await session.call_tool("search", {"query": QUERY, "k": 1, "mode": "parent"})
+            before = await session.call_tool("search", {"query": "Duke William England", "k": 1, "mode": "parent"})
             william.write_text(WILLIAM)
             assert main(["index", str(corpus), "--store", str(store)]) == 0
-            after = await session.call_tool("search", {"query": "Duke William England", "k": 1})
+            after = await session.call_tool("search", {"query": "Duke William England", "k": 1, "mode": "parent"})
             tools = {t.name: t for t in (await session.list_tools()).tools}
             read = await session.call_tool("read", {"source": str(william)})
     capsys.readouterr()
@@ -356,7 +357,7 @@ async def test_stdio_refuses_an_empty_query_a_k_out_of_bounds_and_unknown_argume
         async with stdio_session(store, errlog) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
             results = [await session.call_tool(name, args) for name, args in bad]
-            most = await session.call_tool("search", {"query": QUERY, "k": 100})
+            most = await session.call_tool("search", {"query": QUERY, "k": 100, "mode": "parent"})
     takes = "search takes query, mode, k, max_tokens, filter"
     keywords = "give a question or keywords, e.g. 'who was Rollo?'"
     assert [(r.isError, _text(r)) for r in results] == [
@@ -394,8 +395,8 @@ async def test_stdio_a_long_query_is_searched_as_the_part_the_model_reads(
     errlog = tmp_path / "server.err"
     with anyio.fail_after(TIMEOUT):
         async with stdio_session(store, errlog) as session:
-            long = await session.call_tool("search", {"query": question, "k": 2})
-            short = await session.call_tool("search", {"query": cut, "k": 2})
+            long = await session.call_tool("search", {"query": question, "k": 2, "mode": "parent"})
+            short = await session.call_tool("search", {"query": cut, "k": 2, "mode": "parent"})
     assert not long.isError
     assert long.structuredContent == {**short.structuredContent, "query_cut": True}
     assert (short.structuredContent["query"], short.structuredContent["query_cut"]) == (cut, False)
@@ -443,7 +444,7 @@ async def _calls_while_a_search_is_slow(
     slow: dict[str, Any] = {}
 
     async def search_slowly() -> None:
-        slow["result"] = await session.call_tool("search", {"query": "slow steam Watt", "k": 1})
+        slow["result"] = await session.call_tool("search", {"query": "slow steam Watt", "k": 1, "mode": "parent"})
 
     async with anyio.create_task_group() as group:
         group.start_soon(search_slowly)
@@ -451,7 +452,7 @@ async def _calls_while_a_search_is_slow(
             "in the model\n"
         )
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        other = await session.call_tool("search", {"query": QUERY, "k": 1})
+        other = await session.call_tool("search", {"query": QUERY, "k": 1, "mode": "parent"})
         read = await session.call_tool("read", {"source": str(corpus / "steam.txt")})
         assert slow == {}  # still inside the model: it can not finish before it is let go
         await anyio.to_thread.run_sync(release.write_text, "go\n", abandon_on_cancel=True)
@@ -507,9 +508,9 @@ async def test_http_needs_the_token_and_answers_with_it(
                 response = await client.post(url, json=_initialize(), headers=_ACCEPT)
                 statuses.append((response.status_code, response.headers["www-authenticate"]))
         async with http_session(url, "secret") as session:
-            result = await session.call_tool("search", {"query": QUERY, "k": 1})
+            result = await session.call_tool("search", {"query": QUERY, "k": 1, "mode": "parent"})
             error = await session.call_tool("search", {"query": QUERY, "mode": "nope"})
-            again = await session.call_tool("search", {"query": "steam condenser", "k": 1})
+            again = await session.call_tool("search", {"query": "steam condenser", "k": 1, "mode": "parent"})
     assert (
         statuses
         == [(401, 'Bearer error="invalid_token", error_description="Authentication required"')] * 2
@@ -567,7 +568,8 @@ class CitingModel(BaseChatModel):
     ) -> ChatResult:
         last = messages[-1]
         if isinstance(last, HumanMessage):
-            call = {"name": "search", "args": {"query": last.text, "k": 1}, "id": "call-1"}
+            args = {"query": last.text, "k": 1, "mode": "parent"}
+            call = {"name": "search", "args": args, "id": "call-1"}
             message = AIMessage(content="", tool_calls=[call])
         else:
             assert isinstance(last, ToolMessage)
