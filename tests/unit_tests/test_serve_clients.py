@@ -313,10 +313,14 @@ async def test_stdio_sees_what_s2b_index_commits_while_it_runs(
             missing = await session.call_tool("search", {"query": QUERY})
             assert main(["index", str(corpus), "--store", str(store)]) == 0
             first = await session.call_tool("search", {"query": QUERY, "k": 1, "mode": "parent"})
-            before = await session.call_tool("search", {"query": "Duke William England", "k": 1, "mode": "parent"})
+            before = await session.call_tool(
+                "search", {"query": "Duke William England", "k": 1, "mode": "parent"}
+            )
             william.write_text(WILLIAM)
             assert main(["index", str(corpus), "--store", str(store)]) == 0
-            after = await session.call_tool("search", {"query": "Duke William England", "k": 1, "mode": "parent"})
+            after = await session.call_tool(
+                "search", {"query": "Duke William England", "k": 1, "mode": "parent"}
+            )
             tools = {t.name: t for t in (await session.list_tools()).tools}
             read = await session.call_tool("read", {"source": str(william)})
     capsys.readouterr()
@@ -444,7 +448,9 @@ async def _calls_while_a_search_is_slow(
     slow: dict[str, Any] = {}
 
     async def search_slowly() -> None:
-        slow["result"] = await session.call_tool("search", {"query": "slow steam Watt", "k": 1, "mode": "parent"})
+        slow["result"] = await session.call_tool(
+            "search", {"query": "slow steam Watt", "k": 1, "mode": "parent"}
+        )
 
     async with anyio.create_task_group() as group:
         group.start_soon(search_slowly)
@@ -510,7 +516,9 @@ async def test_http_needs_the_token_and_answers_with_it(
         async with http_session(url, "secret") as session:
             result = await session.call_tool("search", {"query": QUERY, "k": 1, "mode": "parent"})
             error = await session.call_tool("search", {"query": QUERY, "mode": "nope"})
-            again = await session.call_tool("search", {"query": "steam condenser", "k": 1, "mode": "parent"})
+            again = await session.call_tool(
+                "search", {"query": "steam condenser", "k": 1, "mode": "parent"}
+            )
     assert (
         statuses
         == [(401, 'Bearer error="invalid_token", error_description="Authentication required"')] * 2
