@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -89,11 +90,16 @@ def load(data: Path) -> list[Document]:
 
 
 def rows(
-    emb: Cached, documents: list[Document], judge: Embeddings | None = None, **options: Any
+    emb: Cached,
+    documents: list[Document],
+    judge: Embeddings | None = None,
+    cross_encoder: str | None = None,
+    **options: Any,
 ) -> dict[str, Callable[[], BaseRetriever]]:
     """Every configuration measured, by name (built lazily, sharing the embeddings).
 
-    ``judge``: a second model, reranking (rows ``reranked``) when given.
+    ``judge``: a second model, reranking (rows ``reranked``) when given;
+    ``cross_encoder``: a folder holding a sentence-transformers cross-encoder.
     ``options``: retriever options every small-to-big row takes (``margin=``).
     """
     built: dict[str, SmallToBigRetriever] = {}
@@ -114,12 +120,20 @@ def rows(
 
         return make
 
-    extra = {}
+    def crossed() -> BaseRetriever:
+        from langchain_classic.retrievers.document_compressors import CrossEncoderReranker
+        from langchain_community.cross_encoders import HuggingFaceCrossEncoder
+
+        model = HuggingFaceCrossEncoder(model_name=str(cross_encoder))
+        reranker = CrossEncoderReranker(model=model, top_n=10**6)
+        return index("multilevel").model_copy(update={"mode": "pack", "reranker": reranker})
+
+    extra: dict[str, Callable[[], BaseRetriever]] = {}
     if judge is not None:
-        extra = {
-            "pack, w = 1, reranked children": reranked(0),
-            "pack, w = 1, reranked windows": reranked(1),
-        }
+        extra["pack, w = 1, reranked children"] = reranked(0)
+        extra["pack, w = 1, reranked windows"] = reranked(1)
+    if cross_encoder:
+        extra["pack, w = 1, reranked (cross-encoder)"] = crossed
     return extra | {
         "plain sentences": lambda: index("window").vectorstore.as_retriever(),
         "plain chunks (~300 tok)": lambda: index("parent").vectorstore.as_retriever(),
@@ -153,6 +167,11 @@ def main() -> None:
     parser.add_argument(
         "--reranker", choices=MODELS, default=None, help="rerank with this second model too"
     )
+    parser.add_argument(
+        "--cross-encoder",
+        default=os.environ.get("S2B_CROSS_ENCODER") or None,
+        help="a folder holding a sentence-transformers cross-encoder: a reranked row",
+    )
     args = parser.parse_args()
     rules = args.rules.split(",")
     documents = load(args.data)
@@ -169,7 +188,7 @@ def main() -> None:
         judge = Cached(load_model(args.reranker))
         if args.cache:
             judge.load(args.cache.with_name(f"{args.reranker}.npz"))
-    table = rows(emb, documents, judge, **options)
+    table = rows(emb, documents, judge, args.cross_encoder, **options)
     wanted = list(table) if args.only is None else args.only.split(";")
     reports = []
     for name in wanted:
