@@ -132,7 +132,9 @@ class SearchResult(BaseModel):
         default=False, description="the query was longer than the model reads, and was cut"
     )
     mode: str
-    k: int
+    k: int | None = Field(
+        default=None, description="the cap asked for (none: 4, or with max_tokens as many as fit)"
+    )
     max_tokens: int | None = None
     contexts: list[Context]
 
@@ -258,10 +260,12 @@ SEARCH_HOW = (
     "score, title, source id, page and character span [start-end) in its source, and "
     "the sentences that matched are in **bold**. Cite a context by its source and span; "
     "call read with the source and a span to see the text around it. "
-    f"mode: parent (default: the section around the best sentences), window (the "
-    "sentences around each match) or multilevel (the smallest part of the document "
-    f"that covers the evidence). k: how many contexts (default {DEFAULT_K}, at most "
-    f"{MAX_K}). max_tokens: a ceiling on all contexts together. filter: on the "
+    "mode: pack (default: the best sentences and their neighbours, 1,024 tokens unless "
+    "max_tokens says otherwise), parent (the section around the best sentences), window "
+    "(the sentences around each match) or multilevel (the smallest part of the document "
+    f"that covers the evidence). k: how many contexts (default {DEFAULT_K}; with "
+    f"max_tokens as many as fit; at most {MAX_K}). max_tokens: a ceiling on all contexts "
+    "together. filter: on the "
     "documents' metadata (source: the file path; title; page for PDFs), e.g. "
     '{"source": "/docs/a.md"} or {"page": {"$lte": 3}}; operators $eq $ne $gt $gte $lt '
     "$lte $in $nin $and $or $not. A query longer than the embedding model reads is cut "
@@ -419,7 +423,10 @@ def build_server(
         k: Annotated[
             int | None,
             Field(
-                description=f"contexts (default {DEFAULT_K}, at most {MAX_K})",
+                description=(
+                    f"contexts (default {DEFAULT_K}; with max_tokens as many as fit; "
+                    f"at most {MAX_K})"
+                ),
                 json_schema_extra={"minimum": 1, "maximum": MAX_K},
             ),
         ] = None,

@@ -503,3 +503,11 @@ def test_stdout_belongs_to_the_protocol_alone() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == '{"jsonrpc": "2.0"}\nafter\n'
     assert done.stderr == "a stray print\na C library writing to fd 1\n"
+
+
+def test_a_search_without_k_or_mode_packs_as_many_as_fit() -> None:
+    """The defaults: pack mode, and ``k`` not named (4, or under max_tokens as many as fit)."""
+    options = serve.query_options(max_tokens=300)
+    assert (options["mode"], options["k"], options["max_tokens"]) == ("pack", None, 300)
+    result = serve.search_result("q", options, [])
+    assert (result.mode, result.k, result.max_tokens, result.contexts) == ("pack", None, 300, [])
