@@ -62,6 +62,7 @@ _BLOCKS = frozenset(
         *_HEADINGS, *_LISTS, *_TABLE_PARTS,
     }
 )  # fmt: skip
+_CODE = frozenset({"code", "tt", "kbd", "samp", "var"})
 _PRE = frozenset({"pre", "listing", "xmp", "plaintext"})
 _LANDMARK_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
 _MAX_INDENT = 8
@@ -70,9 +71,11 @@ _PERMALINKS = frozenset({"headerlink", "copiable-anchor", "copiable-link", "anch
 _SCOPES_PAGE_CHROME = frozenset({"article", "aside", "main", "nav", "section"})
 _SCOPES_ASIDE = frozenset({"article", "aside", "nav", "section"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
-_SPACES = re.compile(r"[ \t\n\r\f]+")  # HTML's whitespace (a no-break space is text)
-_SPACE = " \t\n\r\f"
+_SPACE = " \t\n\r\f"  # HTML's whitespace (a no-break space is text)
+_TO_SPACE = str.maketrans("\t\n\r\f", "    ")
+_FEED = 1 << 20
 _WORD = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019\u00bb)\]]*\Z")  # closing quotes, brackets
 _BLANK_LINES = re.compile(r"\n{3,}")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t\f]*\n)+")
 _DECLARED = re.compile(
@@ -136,12 +139,13 @@ def page_text(data: bytes) -> tuple[str, str | None]:
         msg = 'reading HTML needs lxml: pip install "langchain-s2b[cli]"'
         raise ImportError(msg) from None
     text = decode(data)
-    if not text.strip(_SPACE):
+    if not text or text.isspace():
         return "", None
     walk = _Walk()
     parser = etree.HTMLParser(target=walk, encoding="utf-8", huge_tree=True, no_network=True)
     try:
-        parser.feed(text.encode("utf-8", "surrogatepass"))
+        for at in range(0, len(text), _FEED):  # a megabyte at a time: one copy of the page
+            parser.feed(text[at : at + _FEED].encode("utf-8"))
         parser.close()
     except etree.LxmlError as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -149,7 +153,7 @@ def page_text(data: bytes) -> tuple[str, str | None]:
     return walk.result()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     """A paragraph, heading, preformatted block, list item or table cell, as it is read."""
 
@@ -183,7 +187,7 @@ class _Block:
         return self.prefix + _BLANK_LINES.sub("\n\n", lines.strip("\n"))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Open:
     """An element the walk is inside."""
 
@@ -208,6 +212,7 @@ class _Open:
     indent: int = 0
     """A list item's indent for its later paragraphs (its marker's width)."""
     link: bool = False
+    code: bool = False
     """An ``<a>`` that navigates."""
 
 
@@ -228,6 +233,7 @@ class _Walk:
         self.in_title = False
         self.ids = 0
         self.links = 0
+        self.code = 0
         self.pre = 0
         self.fresh_pre = False
         self.headings: list[int] = []
@@ -260,6 +266,9 @@ class _Walk:
         elif tag == "a" and _navigates(attrib):
             frame.link = True
             self.links += 1
+        elif tag in _CODE:
+            frame.code = True
+            self.code += 1
 
     def end(self, tag: str) -> None:
         if tag == "title":
@@ -290,7 +299,7 @@ class _Walk:
 
     def result(self) -> tuple[str, str | None]:
         """The page's text and its title, once the parser is closed."""
-        title = " ".join(_SPACES.sub(" ", "".join(self.title or ())).split(" ")).strip(" ")
+        title = _collapsed("".join(self.title or ())).strip(" ")
         if not title:
             title = next((_heading_text(b) for b in self.blocks if b.kind == "heading"), "")
         return _joined(_with_sections(_without_link_lists(self.blocks))), title or None
@@ -300,16 +309,19 @@ class _Walk:
     def _dropped(self, tag: str, attrib: dict[str, str]) -> bool:
         if tag in _SKIPPED or (tag == "dialog" and "open" not in attrib):
             return True
+        if tag in ("header", "footer"):  # the page's banner and contentinfo (HTML-AAM)
+            return not any(self.scopes.values())
+        if tag == "aside":  # complementary unless inside an article, aside, nav or section
+            return not any(self.scopes[t] for t in _SCOPES_ASIDE)
+        return bool(attrib) and self._hidden(tag, dict(attrib))
+
+    def _hidden(self, tag: str, attrib: dict[str, str]) -> bool:
         if "hidden" in attrib or attrib.get("aria-hidden", "").strip().lower() == "true":
             return True
         if _HIDDEN_STYLE.search(attrib.get("style", "")):
             return True
         if set(attrib.get("role", "").lower().split()) & _LANDMARK_ROLES:
             return True
-        if tag in ("header", "footer"):  # the page's banner and contentinfo (HTML-AAM)
-            return not any(self.scopes.values())
-        if tag == "aside":  # complementary unless inside an article, aside, nav or section
-            return not any(self.scopes[t] for t in _SCOPES_ASIDE)
         return tag == "a" and bool(set(attrib.get("class", "").split()) & _PERMALINKS)
 
     def _pop(self) -> None:
@@ -322,6 +334,8 @@ class _Walk:
             self.scopes[frame.tag] -= 1
         if frame.link:
             self.links -= 1
+        if frame.code:
+            self.code -= 1
         if frame.block:
             self._break()
             self._close_block(frame)
@@ -454,7 +468,7 @@ class _Walk:
             self.blocks.append(block)
 
     def _flow(self, text: str) -> None:
-        words = _SPACES.sub(" ", text)
+        words = _collapsed(text)
         core = words.strip(" ")
         if not core:
             if words and self.current is not None:
@@ -481,7 +495,7 @@ class _Walk:
     def _count(self, block: _Block, chars: int, words: int) -> None:
         block.chars += chars
         block.words += words
-        if self.links:
+        if self.links and not self.code:  # a link to code names the code: text, not a label
             block.link_words += words
 
     def _line_break(self) -> None:
@@ -515,6 +529,14 @@ class _Walk:
     def _new_id(self) -> int:
         self.ids += 1
         return self.ids
+
+
+def _collapsed(text: str) -> str:
+    """Runs of HTML whitespace as one space (no list of pieces: a page may be one long text)."""
+    text = text.translate(_TO_SPACE)
+    while "  " in text:
+        text = text.replace("  ", " ")
+    return text
 
 
 def _words(text: str) -> int:
@@ -554,12 +576,17 @@ def _without_link_lists(blocks: list[_Block]) -> list[_Block]:
         unit = blocks[index:end]
         words = sum(b.words for b in unit if b.kind != "heading")
         links = sum(b.link_words for b in unit if b.kind != "heading")
-        if not words or links < LINK_SHARE * words:
+        if not words or links < LINK_SHARE * words or any(_sentence(b) for b in unit):
             kept.extend(unit)
         else:
             kept.extend(b for b in unit if b.kind == "heading")
         index = end
     return kept
+
+
+def _sentence(block: _Block) -> bool:
+    """Its text ends as a sentence does (a navigation bar's or a link list's labels do not)."""
+    return block.kind != "heading" and _SENTENCE_END.search(block.render()) is not None
 
 
 def _with_sections(blocks: list[_Block]) -> list[_Block]:
