@@ -95,7 +95,7 @@ def decode(data: bytes) -> str:
 
     A byte-order mark decides; else the first of the charset the page declares
     (in its first 1024 bytes), UTF-8 and windows-1252 that decodes the whole
-    page; else the first of them, with U+FFFD for what it can not decode. A
+    page; else the declared one (or windows-1252), with U+FFFD for what it can not decode. A
     page declared ISO-8859-1 or ASCII is read as windows-1252 and one declared
     UTF-16 (which an ASCII declaration can not be) as UTF-8, as the WHATWG
     Encoding standard says.
@@ -103,13 +103,13 @@ def decode(data: bytes) -> str:
     for bom, name in _BOMS:
         if data.startswith(bom):
             return data[len(bom) :].decode(name, "replace")
-    names = [name for name in (_declared(data[:1024]), "utf-8", "windows-1252") if name]
-    for name in dict.fromkeys(names):
+    declared = _declared(data[:1024])
+    for name in dict.fromkeys(n for n in (declared, "utf-8", "windows-1252") if n):
         try:
             return data.decode(name)
         except UnicodeDecodeError:
             continue
-    return data.decode(names[0], "replace")
+    return data.decode(declared or "windows-1252", "replace")
 
 
 def _declared(head: bytes) -> str | None:
