@@ -11,10 +11,19 @@ import pytest
 
 from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli.commands import main
-from langchain_s2b.cli.html_text import decode, page_text
 from langchain_s2b.cli.loaders import read_documents
 
 LIBFFI = Path(__file__).parent / "data" / "libffi"
+KOI8 = '<meta http-equiv="Content-Type" content="text/html; charset=koi8-r"><p>мир</p>'.encode(
+    "koi8-r"
+)
+
+
+def page_text(data: bytes) -> tuple[str, str | None]:
+    """The text and title ``s2b index`` reads from a page (``None``: the file name's stem)."""
+    (doc,) = read_documents(Path("/docs/untitled.html"), data)
+    title = doc.metadata["title"]
+    return doc.page_content, None if title == "untitled" else title
 
 
 def text_of(body: str) -> str:
@@ -149,12 +158,7 @@ class TestEncodings:
         [
             ("<p>café</p>".encode(), "café"),  # undeclared UTF-8
             ("<meta charset='iso-8859-1'><p>café “q”</p>".encode("cp1252"), "café “q”"),
-            (
-                '<meta http-equiv="Content-Type" content="text/html; charset=koi8-r"><p>мир</p>'.encode(
-                    "koi8-r"
-                ),
-                "мир",
-            ),  # fmt: skip
+            (KOI8, "мир"),
             ("<meta charset='utf-8'><p>café</p>".encode("cp1252"), "café"),  # declared wrongly
             ("<meta charset='utf-16'><p>café</p>".encode(), "café"),  # as WHATWG says: UTF-8
             ("<meta charset='x-unknown'><p>café</p>".encode(), "café"),
@@ -167,6 +171,8 @@ class TestEncodings:
         assert page_text(data)[0] == text
 
     def test_decode_alone(self) -> None:
+        from langchain_s2b.cli.html_text import decode
+
         assert decode(b"\xfe\xff\x00a") == "a"
 
 
