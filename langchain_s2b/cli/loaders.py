@@ -1,8 +1,11 @@
 """Loaders: the user's files and folders -> LangChain documents (for ``s2b index``).
 
 - ``.txt``, ``.md``, ``.markdown``, ``.rst``: one document, the file's text.
-- ``.html``, ``.htm``: one document, the text BeautifulSoup takes from the page
-  (scripts and styles dropped); the page's ``<title>`` is its title.
+- ``.html``, ``.htm``: one document, the page's text as a reader reads it
+  (:mod:`langchain_s2b.cli.html_text`: blocks as paragraphs, inline elements in
+  their sentence, headings as Markdown heading lines, navigation, headers,
+  footers and link lists dropped); its ``<title>`` (else its first heading) is
+  its title.
 - ``.pdf``: one document per page (pypdf's text), with ``page`` (from 1) and
   ``pages`` in its metadata.
 - ``.jsonl``: one document per line, ``{"id", "text", ...}`` (other fields become
@@ -49,6 +52,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.html_text import page_text
 from langchain_s2b.core.ingest import source_id_of
 from langchain_s2b.core.tree import NODE_FIELDS
 
@@ -274,21 +278,12 @@ def _text_document(path: Path, text: str, title: str, **extra: Any) -> Document:
 
 def _html(data: bytes) -> tuple[str, str | None]:
     try:
-        from bs4 import BeautifulSoup
-    except ImportError:
-        msg = 'reading HTML needs beautifulsoup4: pip install "langchain-s2b[cli]"'
+        return page_text(data)
+    except ImportError as err:
+        raise SkippedFile(str(err)) from None
+    except ValueError as err:
+        msg = f"not readable HTML ({err})"
         raise SkippedFile(msg) from None
-    with warnings.catch_warnings():  # bs4 warns about its callers (a page that looks like
-        warnings.simplefilter("ignore")  # a URL, XHTML read as HTML), not about the text
-        soup = BeautifulSoup(data, "html.parser")
-    for tag in soup(["script", "style", "template", "noscript"]):
-        tag.decompose()
-    title = soup.title.get_text(" ", strip=True) if soup.title else None
-    if soup.title:
-        soup.title.decompose()
-    lines = (line.strip() for line in soup.get_text("\n").splitlines())
-    text = "\n".join(line for line in lines if line)
-    return text.lstrip("\ufeff"), title or None
 
 
 def _pdf(path: Path, data: bytes) -> list[Document]:

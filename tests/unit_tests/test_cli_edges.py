@@ -106,7 +106,7 @@ class TestHostileNames:
         docs, store = tmp_path / "x", tmp_path / "s"
         docs.mkdir()
         (docs / "rows.jsonl").write_text('{"id": "a\\ud800b", "text": "Lone \\udc00 wombats."}\n')
-        (docs / "url.html").write_text("http://example.com/page.html")  # bs4 warns about it
+        (docs / "url.html").write_text("http://example.com/page.html")  # bs4 warned about it
         code, out, err = _run(capsys, "index", str(docs), "--store", str(store))
         assert (code, err) == (0, "")
         code, out, err = _run(capsys, "query", "wombats", "--store", str(store), "-k", "1")

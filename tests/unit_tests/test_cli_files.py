@@ -202,7 +202,7 @@ class TestFormats:
         )
         top = json.loads(out)["results"][0]
         assert top["metadata"]["title"] == "Penguins & friends"
-        assert top["text"] == "Penguins\nPenguins swim <fast>."
+        assert top["text"] == "# Penguins\n\nPenguins swim <fast>."
         code, out, _ = _run(
             capsys, "query", "kangaroos jump", "--store", str(store), "--json", "-k", "1"
         )
