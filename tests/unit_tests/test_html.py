@@ -245,7 +245,8 @@ def fake_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _query(capsys: pytest.CaptureFixture[str], store: Path, question: str) -> list[dict]:
-    assert main(["query", question, "--store", str(store), "--json", "-k", "3"]) == 0
+    argv = ["query", question, "--store", str(store), "--json", "-k", "3", "--mode", "parent"]
+    assert main(argv) == 0  # parent mode: the sections of the pages
     return json.loads(capsys.readouterr().out)["results"]
 
 
