@@ -189,7 +189,7 @@ def main() -> None:
         if args.cache:
             judge.load(args.cache.with_name(f"{args.reranker}.npz"))
     table = rows(emb, documents, judge, args.cross_encoder, **options)
-    wanted = list(table) if args.only is None else args.only.split(";")
+    wanted = list(table) if args.only is None else [n for n in args.only.split(";") if n]
     reports = []
     for name in wanted:
         t = time.perf_counter()
@@ -221,20 +221,30 @@ def main() -> None:
         args.json.write_text(json.dumps(data, indent=2))
 
 
-def ladder(retriever: BaseRetriever, questions: list[Any]) -> dict[str, float]:
-    """Plain multilevel calls (k and the 1,024-token ceiling by default): share of results
-    at each level and escalation, printed as a table."""
-    counts: Counter[str] = Counter()
-    for question in questions:
-        for doc in retriever.invoke(question.question):
-            counts[f"{doc.metadata['level']} / {doc.metadata.get('escalation', '')}"] += 1
-    total = sum(counts.values())
-    shares = {name: n / total for name, n in counts.most_common()}
-    print(f"\nplain multilevel: {total} results for {len(questions)} questions")
-    print("| level / escalation | share |\n|---|---:|")
-    for name, share in shares.items():
-        print(f"| {name} | {share:.3f} |")
-    return shares
+def ladder(retriever: BaseRetriever, questions: list[Any]) -> dict[str, dict[str, float]]:
+    """The share of multilevel results at each level and escalation, printed as tables.
+
+    Plain calls (``k`` 4 and the 1,024-token ceiling by default), then told 8,192 and
+    100,000 tokens with ``k=None`` (as many as fit).
+    """
+    calls: dict[str, dict[str, Any]] = {
+        "plain": {},
+        "told 8192": {"k": None, "max_tokens": 8192},
+        "told 100000": {"k": None, "max_tokens": 100_000},
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, options in calls.items():
+        counts: Counter[str] = Counter()
+        for question in questions:
+            for doc in retriever.invoke(question.question, **options):
+                counts[f"{doc.metadata['level']} / {doc.metadata.get('escalation', '')}"] += 1
+        total = sum(counts.values())
+        out[name] = {key: n / total for key, n in counts.most_common()}
+        print(f"\nmultilevel, {name}: {total} results for {len(questions)} questions")
+        print("| level / escalation | share |\n|---|---:|")
+        for key, share in out[name].items():
+            print(f"| {key} | {share:.3f} |")
+    return out
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Markdown tables from ``quality.py --json`` files: one table per model, rule and metric.
 
-    python benchmarks/tables.py results/quality-e5.json [--rule told] [--metric hit,tokens]
+python benchmarks/tables.py results/quality-e5.json [--rule told] [--metric hit,tokens]
 """
 
 from __future__ import annotations
@@ -44,11 +44,14 @@ def main() -> None:
     for metric in args.metric.split(","):
         print(f"\n**{args.rule}: {metric}**\n")
         print(table(data, args.rule, metric))
-    if "ladder" in data and isinstance(data["ladder"], dict):
-        print("\n**plain multilevel: share of results per level / escalation**\n")
-        print("| level / escalation | share |\n|---|---:|")
-        for name, share in data["ladder"].items():
-            print(f"| {name} | {share:.3f} |")
+    ladder = data.get("ladder")
+    if isinstance(ladder, dict):
+        calls = ladder if all(isinstance(v, dict) for v in ladder.values()) else {"plain": ladder}
+        for call, shares in calls.items():
+            print(f"\n**multilevel, {call}: share of results per level / escalation**\n")
+            print("| level / escalation | share |\n|---|---:|")
+            for name, share in shares.items():
+                print(f"| {name} | {share:.3f} |")
 
 
 if __name__ == "__main__":
