@@ -53,7 +53,7 @@ from langchain_s2b.core.requests import (
     WriteContexts,
     ask,
 )
-from langchain_s2b.core.situate import PROMPT_VERSION, Piece, pieces
+from langchain_s2b.core.situate import PROMPT_VERSION, Piece, leaf_contexts, pieces
 from langchain_s2b.core.splitters import describe_splitter
 from langchain_s2b.core.tree import Level
 
@@ -251,9 +251,7 @@ def _situate(model: str, writes: list[Write]) -> Op[None]:
         raise ValueError(msg)
     by_key = dict(zip(wanted, answers, strict=True))
     for write, (found_pieces, owner) in zip(writes, per_write, strict=True):
-        write.prepared.notes.contexts = [
-            by_key[found_pieces[i].key] if i >= 0 else "" for i in owner
-        ]
+        write.prepared.notes.contexts = leaf_contexts(found_pieces, owner, by_key)
 
 
 def _embed_once(texts: list[str]) -> Op[Vectors | None]:

@@ -27,7 +27,7 @@ A document longer than :data:`DOCUMENT_CHARS` is shown as the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_s2b.core.junk import is_junk
@@ -118,3 +118,8 @@ def pieces(
         found.append(Piece(cache_key(model, digest, piece), source_id, text, unit.start, unit.end))
     return found, owner
 
+
+
+def leaf_contexts(found: Sequence[Piece], owner: Sequence[int], by_key: Mapping[str, str]) -> list[str]:
+    """Each leaf's context, by split id (``""``: none), from its piece's answer."""
+    return [by_key[found[i].key] if i >= 0 else "" for i in owner]
