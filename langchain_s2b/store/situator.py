@@ -39,12 +39,10 @@ def model_name(model: BaseChatModel) -> str:
 
 def answer_text(answer: Any) -> str:
     """A chat model's answer as one line of at most :data:`MAX_CONTEXT_CHARS` characters."""
-    text = getattr(answer, "text", answer)
-    if callable(text):  # langchain-core before 1.0: a method
-        text = text()
+    text = getattr(answer, "text", answer)  # a message's text: its content's text blocks
     if not isinstance(text, str):
         text = str(getattr(answer, "content", text))
-    return " ".join(text.split())[:MAX_CONTEXT_CHARS]
+    return " ".join(str(text).split())[:MAX_CONTEXT_CHARS]
 
 
 class ContextFailedError(RuntimeError):
