@@ -473,7 +473,13 @@ class SmallToBigRetriever(BaseRetriever):
             msg = f"{path}: unknown retriever options {unknown}."
             raise ValueError(msg)
         saved = loaded.embedded or persist.NOTHING_EMBEDDED
-        if "contextual_headers" not in fields and saved["contextual_headers"] != "custom":
+        if "contextual_headers" not in fields:
+            if saved["contextual_headers"] == "custom":
+                msg = (
+                    f"{path} was built with a contextual_headers callable; pass it again: "
+                    "load(path, embedding, contextual_headers=<the callable>)."
+                )
+                raise ValueError(msg)
             fields["contextual_headers"] = saved["contextual_headers"] == "sections"
         headers = check_headers(fields.get("contextual_headers", False))
         model = fields.get("context_model")

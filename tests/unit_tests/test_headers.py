@@ -283,3 +283,69 @@ class TestSettingChange:
         back = off.add_documents([Document(page_content=TEXT, metadata={"title": TITLE})], ["n"])
         assert back.updated == ["n"]
         assert emb.passages == LEAVES  # the texts of before: their vectors are reusable
+
+
+class TestSaved:
+    """A save records what is embedded beside each leaf; load refuses another setting."""
+
+    def test_load_takes_the_saved_setting(self, tmp_path: Any) -> None:
+        _retriever(mode="parent").save(tmp_path / "idx")
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", Recording())
+        assert loaded.contextual_headers is True
+        (doc,) = loaded.invoke("founded duke", k=1)
+        assert doc.metadata["heading"] == AFTERMATH
+
+    def test_another_setting_is_refused_in_one_line(self, tmp_path: Any) -> None:
+        _retriever().save(tmp_path / "on")
+        with pytest.raises(ValueError, match=r"was built with contextual_headers=True, not False;"):
+            SmallToBigRetriever.load(tmp_path / "on", Recording(), contextual_headers=False)
+        _retriever(contextual_headers=False).save(tmp_path / "off")
+        with pytest.raises(ValueError, match=r"was built with contextual_headers=False, not True;"):
+            SmallToBigRetriever.load(tmp_path / "off", Recording(), contextual_headers=True)
+
+    def test_a_callable_is_passed_again(self, tmp_path: Any) -> None:
+        def headed(document: Document, leaf: Document) -> str:
+            return "custom"
+
+        _retriever(contextual_headers=headed).save(tmp_path / "idx")
+        with pytest.raises(ValueError, match=r"built with a contextual_headers callable; pass it"):
+            SmallToBigRetriever.load(tmp_path / "idx", Recording())
+        with pytest.raises(ValueError, match=r"contextual_headers=<its callable>, not True;"):
+            SmallToBigRetriever.load(tmp_path / "idx", Recording(), contextual_headers=True)
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", Recording(), contextual_headers=headed)
+        assert loaded.contextual_headers is headed
+
+    def test_a_context_model_is_passed_again(self, tmp_path: Any) -> None:
+        from ._chat import Situating
+
+        _retriever(context_model=Situating()).save(tmp_path / "idx")
+        with pytest.raises(ValueError, match=r"built with the context model 'Situating'; pass it"):
+            SmallToBigRetriever.load(tmp_path / "idx", Recording())
+        model = Situating()
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", Recording(), context_model=model)
+        assert loaded.context_model is model
+        _retriever().save(tmp_path / "plain")
+        with pytest.raises(ValueError, match=r"built without a context model; load it without"):
+            SmallToBigRetriever.load(tmp_path / "plain", Recording(), context_model=model)
+
+    def test_a_save_made_before_headers_is_loaded_with_them_off(self, tmp_path: Any) -> None:
+        import json
+
+        _retriever(contextual_headers=False).save(tmp_path / "idx")
+        snapshot = next((tmp_path / "idx").glob("snapshot-*"))
+        config = json.loads((snapshot / "s2b.json").read_text())
+        assert config["embedded"] == {"contextual_headers": "off", "context_model": None}
+        del config["embedded"]
+        (snapshot / "s2b.json").write_text(json.dumps(config))
+        assert SmallToBigRetriever.load(tmp_path / "idx", Recording()).contextual_headers is False
+
+    def test_a_crafted_setting_is_one_line(self, tmp_path: Any) -> None:
+        import json
+
+        _retriever().save(tmp_path / "idx")
+        snapshot = next((tmp_path / "idx").glob("snapshot-*"))
+        config = json.loads((snapshot / "s2b.json").read_text())
+        config["embedded"] = {"contextual_headers": "always", "context_model": 3}
+        (snapshot / "s2b.json").write_text(json.dumps(config))
+        with pytest.raises(ValueError, match=r"is malformed: embedded must be \{contextual_headers"):
+            SmallToBigRetriever.load(tmp_path / "idx", Recording())
