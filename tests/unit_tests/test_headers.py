@@ -349,3 +349,18 @@ class TestSaved:
         (snapshot / "s2b.json").write_text(json.dumps(config))
         with pytest.raises(ValueError, match=r"is malformed: embedded must be \{contextual_headers"):
             SmallToBigRetriever.load(tmp_path / "idx", Recording())
+
+
+def test_of_equal_matches_the_first_in_the_text_gives_the_heading() -> None:
+    from ._embeddings import ExactWords
+
+    text = "# Alpha\n\nZebra one.\n\n# Beta\n\nZebra two.\n"
+    retriever = SmallToBigRetriever(
+        vectorstore=FaissIndex(ExactWords()), mode="multilevel", contextual_headers=True
+    )
+    retriever.add_documents([Document(page_content=text, metadata={"title": "T"})], ["z"])
+    (doc,) = retriever.invoke("zebra", k=1)
+    matches = doc.metadata["matches"]
+    assert [text[m["start"] : m["end"]].strip() for m in matches] == ["Zebra one.", "Zebra two."]
+    assert matches[0]["score"] == matches[1]["score"]  # T > Alpha and T > Beta: as many words
+    assert doc.metadata["heading"] == "T > Alpha"
