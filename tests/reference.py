@@ -228,7 +228,9 @@ def _folded(text: str) -> str:
 def add_headers(source: Source, leaf_level: str) -> None:
     """Give each leaf of ``source`` its header (the contract above; Markdown ``#`` headings)."""
     text = source.text
-    headings = [(m.start(), len(m.group(1)), " ".join(m.group(2).split())) for m in _ATX.finditer(text)]
+    headings = [
+        (m.start(), len(m.group(1)), " ".join(m.group(2).split())) for m in _ATX.finditer(text)
+    ]
     given = source.metadata.get("title")
     title = " ".join(given.split()) if isinstance(given, str) and given.strip() else ""
     if not title and headings:

@@ -116,6 +116,7 @@ def finish_reindex(db: Database) -> None:
     """Every file is indexed with the recorded setting (inside the caller's transaction)."""
     db.conn.execute("DELETE FROM meta WHERE name = ?", (PENDING,))
 
+
 _FILES_TABLE = """
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,

@@ -308,9 +308,7 @@ def open_or_create(
     )
     initialise(db, spec, chosen)
     db.close()
-    return open_store(
-        directory, wanted, embedding=model, search=search, writer=True, contexts=True
-    )
+    return open_store(directory, wanted, embedding=model, search=search, writer=True, contexts=True)
 
 
 def _change_embedded(store: Store, headers: bool | None, context_model: str | None) -> bool:

@@ -68,7 +68,9 @@ _HTML = re.compile(r"<h([1-6])\b[^>]*>(.*?)</h\1\s*>", re.IGNORECASE | re.DOTALL
 _TAG = re.compile(r"<[^>]*>")
 _SPACES = re.compile(r"\s+")
 _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n.*?^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE | re.DOTALL)
+_FRONT_MATTER = re.compile(
+    r"\A---[ \t]*\r?\n.*?^(?:---|\.\.\.)[ \t]*\r?$", re.MULTILINE | re.DOTALL
+)
 
 
 def outline(text: str) -> list[Heading]:
@@ -100,11 +102,8 @@ def outline(text: str) -> list[Heading]:
     if any(isinstance(kind, int) for _, kind, _ in found):  # Markdown: setext levels are fixed
         styles = {("=", False): 1, ("-", False): 2}
     headings = []
-    for start, kind, title in found:
-        if isinstance(kind, tuple):  # an adornment style: levels in order of first appearance
-            level = styles.setdefault(kind, len(styles) + 1)
-        else:
-            level = kind
+    for start, kind, title in found:  # an adornment style: levels in order of first appearance
+        level = styles.setdefault(kind, len(styles) + 1) if isinstance(kind, tuple) else kind
         headings.append(Heading(start, level, title))
     return headings
 
@@ -143,9 +142,9 @@ def _underlined(
     over_top, over_bottom = _line_bounds(text, top)
     over = text[over_top:over_bottom].strip() if over_top >= begin else ""
     overlined = bool(over) and set(over) == {char} and len(over) == len(mark)
-    if char not in "=-" or overlined:  # reStructuredText: as long as the title, a blank above
-        if len(mark) < len(title) or (over and not overlined):
-            return None
+    strict = char not in "=-" or overlined  # reStructuredText: as long as the title, blank above
+    if strict and (len(mark) < len(title) or (over and not overlined)):
+        return None
     start = over_top if overlined else top
     return start, (char, overlined), _clean(title)
 

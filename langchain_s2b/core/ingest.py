@@ -347,7 +347,9 @@ class NodeDocuments(Sequence[Document]):
         """What is embedded for each node: its header and context with its text (leaves)."""
         text, notes = self.source.doc.page_content, self.notes
         return [
-            embedded_text(text[node.start : node.end], notes.of(node.split_id) if level == 0 else {})
+            embedded_text(
+                text[node.start : node.end], notes.of(node.split_id) if level == 0 else {}
+            )
             for node, level in self._entries()
         ]
 
@@ -465,9 +467,7 @@ def prepare(
     )
 
 
-def leaf_headings(
-    source: Source, tree: Tree, headers: bool | HeaderFunction
-) -> list[str] | None:
+def leaf_headings(source: Source, tree: Tree, headers: bool | HeaderFunction) -> list[str] | None:
     """Each leaf's contextual header, by split id (``None``: headers are off).
 
     ``True``: the document's title and the section path where the leaf starts

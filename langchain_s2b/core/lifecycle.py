@@ -97,13 +97,12 @@ class Config:
         text = json.dumps(described, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
-
     def embedded_setting(self) -> dict[str, Any]:
         """What is embedded beside a leaf's text, described (``{}``: nothing)."""
         out: dict[str, Any] = {}
         if self.headers is not False:
             out["headers"] = describe_headers(self.headers)
-            if callable(self.headers) and self.headers is not True:
+            if not isinstance(self.headers, bool):
                 out["function"] = describe_object(self.headers, depth=3)
         if self.context_model is not None:
             out["context_model"] = self.context_model

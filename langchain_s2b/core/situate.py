@@ -91,9 +91,7 @@ class Piece:
         return PROMPT.format(document=shown, chunk=text[self.start : self.end])
 
 
-def pieces(
-    source_id: str, text: str, tree: Tree, model: str
-) -> tuple[list[Piece], list[int]]:
+def pieces(source_id: str, text: str, tree: Tree, model: str) -> tuple[list[Piece], list[int]]:
     """The pieces of one source that get a context, and each leaf's piece (``-1``: none).
 
     A piece whose leaves are all left unembedded (no letter) gets none.
@@ -109,7 +107,9 @@ def pieces(
     digest = text_digest(text)
     found: list[Piece] = []
     for unit, (first, last) in zip(units, spans, strict=True):
-        embedded = [i for i in range(first, last) if not is_junk(text[leaves[i].start : leaves[i].end])]
+        embedded = [
+            i for i in range(first, last) if not is_junk(text[leaves[i].start : leaves[i].end])
+        ]
         if not embedded:
             continue
         piece = text[unit.start : unit.end]
@@ -119,7 +119,8 @@ def pieces(
     return found, owner
 
 
-
-def leaf_contexts(found: Sequence[Piece], owner: Sequence[int], by_key: Mapping[str, str]) -> list[str]:
+def leaf_contexts(
+    found: Sequence[Piece], owner: Sequence[int], by_key: Mapping[str, str]
+) -> list[str]:
     """Each leaf's context, by split id (``""``: none), from its piece's answer."""
     return [by_key[found[i].key] if i >= 0 else "" for i in owner]

@@ -72,9 +72,7 @@ class ContextWriter:
         for start in range(0, len(todo), BATCH):
             part = todo[start : start + BATCH]
             self.calls += len(part)
-            answers = self.model.batch(
-                [piece.prompt() for piece in part], return_exceptions=True
-            )
+            answers = self.model.batch([piece.prompt() for piece in part], return_exceptions=True)
             failed += self._keep(part, answers, known)
         _raise_if_failed(failed, len(todo))
         return [known[key] for key in keys]
@@ -94,7 +92,7 @@ class ContextWriter:
             pairs = self._answered(part, answers, known)
             if pairs:
                 await self.cache.amset(pairs)
-            failed += [(p, a) for p, a in zip(part, answers, strict=True) if _failed(a)]
+            failed += _failures(part, answers)
         _raise_if_failed(failed, len(todo))
         return [known[key] for key in keys]
 
@@ -104,7 +102,7 @@ class ContextWriter:
         pairs = self._answered(part, answers, known)
         if pairs:
             self.cache.mset(pairs)
-        return [(p, a) for p, a in zip(part, answers, strict=True) if _failed(a)]
+        return _failures(part, answers)
 
     @staticmethod
     def _answered(
@@ -124,6 +122,11 @@ class ContextWriter:
 
 def _failed(answer: Any) -> bool:
     return isinstance(answer, BaseException)
+
+
+def _failures(part: list[Piece], answers: Sequence[Any]) -> list[tuple[Piece, BaseException]]:
+    """The pieces whose call failed, with the error."""
+    return [(p, a) for p, a in zip(part, answers, strict=True) if isinstance(a, BaseException)]
 
 
 def _decoded(keys: list[str], values: Sequence[bytes | None]) -> dict[str, str]:

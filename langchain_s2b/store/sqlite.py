@@ -741,8 +741,8 @@ class SQLiteFaissIndex(FaissIndex):
         """Add leaves under ``ids``; their vectors are read from the cache (embedded if missing).
 
         A leaf's vector is the one of its text with its header and context
-        (:func:`~langchain_s2b.core.headers.embedded_text`). The vectors come as one float32 matrix (:meth:`CachedEmbeddings.vectors_for`), never
-        as Python floats.
+        (:func:`~langchain_s2b.core.headers.embedded_text`). The vectors come as one
+        float32 matrix (:meth:`CachedEmbeddings.vectors_for`), never as Python floats.
         """
         texts = list(texts)
         if ids is None or len(ids) != len(texts):
@@ -1026,7 +1026,10 @@ def _damaged_children(db: Database, docstore: SQLiteDocStore, bad: set[int]) -> 
     for part in chunks(sound):
         docs = docstore.mget([key for key, _ in part])
         for (key, hash_), doc in zip(part, docs, strict=True):
-            if doc is not None and text_hash(embedded_text(doc.page_content, doc.metadata)) != hash_:
+            if (
+                doc is not None
+                and text_hash(embedded_text(doc.page_content, doc.metadata)) != hash_
+            ):
                 damaged.append(key)
     return sorted(damaged)
 

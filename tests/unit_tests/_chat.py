@@ -56,4 +56,6 @@ class Situating(BaseChatModel):
         if self.fail_on is not None and self.fail_on in chunk:
             msg = f"the provider refused the chunk {chunk[:20]!r}"
             raise RuntimeError(msg)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.answer(chunk)))])
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage(content=self.answer(chunk)))]
+        )

@@ -112,6 +112,7 @@ class TestHeadingShown:
         store = tmp_path / "store"
         _index(capsys, corpus, store)
         code, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
+        assert code == 0
         assert all("heading" not in r for r in json.loads(out)["results"])
         assert "§" not in _run(capsys, "query", QUERY, "--store", str(store))[1]
 
@@ -138,8 +139,10 @@ class TestSettingChange:
         _index(capsys, corpus, store)
         _run(capsys, "index", str(other), "--store", str(store))
         out = _index(capsys, corpus, store, "--headers")
-        assert "3 file(s)" in out and "3 updated" in out
+        assert "3 file(s)" in out
+        assert "3 updated" in out
         code, out, _ = _run(capsys, "query", "lone file", "--store", str(store), "--json")
+        assert code == 0
         assert json.loads(out)["results"][0]["heading"] == "other > Lone"
 
     def test_an_interrupted_change_goes_on_in_the_next_run(
@@ -160,7 +163,7 @@ class TestSettingChange:
             assert read_embedded(found.db).headers is True
         finally:
             found.close()
-        code, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
+        _, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
         assert json.loads(out)["results"][0]["heading"] == HEADING
 
 
@@ -194,9 +197,10 @@ class TestContextModel:
         _index(capsys, corpus, store)
         _index(capsys, corpus, store, "--headers")  # every file again, in a new process's store
         assert sum(m.calls for m in chat) == paragraphs
-        code, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
+        _, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
         meta = json.loads(out)["results"][0]["metadata"]
-        assert "leaf_context" not in meta and "Context of" not in json.dumps(meta)
+        assert "leaf_context" not in meta
+        assert "Context of" not in json.dumps(meta)
 
     def test_a_file_whose_contexts_fail_is_skipped_and_asked_again_later(
         self,
@@ -213,7 +217,8 @@ class TestContextModel:
             "--context-model", "anthropic:claude-3-5-haiku-latest",
         )  # fmt: skip
         assert code == 3
-        assert "s2b: skipped" in err and "guide.md: The context model failed for 1 of 8" in err
+        assert "s2b: skipped" in err
+        assert "guide.md: The context model failed for 1 of 8" in err
         assert "1 added" in out
         monkeypatch.delenv("S2B_TEST_FAIL_ON")
         _index(capsys, corpus, store)

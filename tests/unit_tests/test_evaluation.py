@@ -412,7 +412,8 @@ def test_header_rows_are_one_configuration_with_headers_off_and_on() -> None:
     )
     assert list(rows) == ["window", "window, headers"]
     off, on = rows["window"], rows["window, headers"]
-    assert isinstance(off, SmallToBigRetriever) and isinstance(on, SmallToBigRetriever)
+    assert isinstance(off, SmallToBigRetriever)
+    assert isinstance(on, SmallToBigRetriever)
     assert (off.contextual_headers, on.contextual_headers) == (False, True)
     (plain,) = off.invoke("zanzibar rollo led")
     (headed,) = on.invoke("zanzibar rollo led")

@@ -124,7 +124,13 @@ def test_restructuredtext_levels_follow_first_appearance() -> None:
         "=====\nGuide\n=====\n\nInstall\n=======\n\nLinux\n~~~~~\n\napt.\n\n"
         "Windows\n~~~~~~~\n\nUsage\n=======\n\nshort\n~~\n"
     )
-    assert _titles(text) == [(1, "Guide"), (2, "Install"), (3, "Linux"), (3, "Windows"), (2, "Usage")]
+    assert _titles(text) == [
+        (1, "Guide"),
+        (2, "Install"),
+        (3, "Linux"),
+        (3, "Windows"),
+        (2, "Usage"),
+    ]
     # ``short`` under ``~~`` is shorter than its title would need to be: not a title
     found = Outline.of(text)
     assert found.path_at(text.index("apt.")) == ("Guide", "Install", "Linux")
@@ -235,7 +241,8 @@ class TestReturned:
         assert "It was founded in 1066 by the duke." in TEXT[best["start"] : best["end"]]
         assert meta["heading"] == AFTERMATH
         for match in meta["matches"]:
-            assert match["start"] >= meta["start"] and match["end"] <= meta["end"]
+            assert match["start"] >= meta["start"]
+            assert match["end"] <= meta["end"]
 
     def test_headers_off_results_carry_no_heading(self) -> None:
         (doc,) = _retriever(contextual_headers=False).invoke("founded duke", k=1)
@@ -347,7 +354,9 @@ class TestSaved:
         config = json.loads((snapshot / "s2b.json").read_text())
         config["embedded"] = {"contextual_headers": "always", "context_model": 3}
         (snapshot / "s2b.json").write_text(json.dumps(config))
-        with pytest.raises(ValueError, match=r"is malformed: embedded must be \{contextual_headers"):
+        with pytest.raises(
+            ValueError, match=r"is malformed: embedded must be \{contextual_headers"
+        ):
             SmallToBigRetriever.load(tmp_path / "idx", Recording())
 
 

@@ -715,7 +715,9 @@ class HeadersLifecycleMachine(LifecycleMachine):
         for word in [*HEADINGS, *SITUATED.split()]:
             found = {key for key, _ in lexical.search(word, len(leaves) + 1)}
             want = {
-                str(d.id) for d in leaves if word in analyze(embedded_text(d.page_content, d.metadata))
+                str(d.id)
+                for d in leaves
+                if word in analyze(embedded_text(d.page_content, d.metadata))
             }
             assert found == want, word
         assert {key for key, _ in lexical.search("situated", len(leaves) + 1)} == set(index.keys())
