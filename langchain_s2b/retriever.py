@@ -185,6 +185,9 @@ class SmallToBigRetriever(BaseRetriever):
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _io: Runner = PrivateAttr()
     _contexts: BaseStore[str, bytes] = PrivateAttr(default_factory=InMemoryByteStore)
+    _context_name: str | None = PrivateAttr(default=None)
+    """The name the contexts were written under, when not the model's own (the command line
+    names a store's model by its ``provider:model``, also where it makes no model)."""
     _defaults: tuple[tuple[Any, ...], QueryParams] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
@@ -339,12 +342,18 @@ class SmallToBigRetriever(BaseRetriever):
             limit,
             counter if limit is not None and callable(counter) else estimate_tokens,
             headers=self.contextual_headers,
-            context_model=None if self.context_model is None else model_name(self.context_model),
+            context_model=self._context_model_name(),
         )
+
+    def _context_model_name(self) -> str | None:
+        """The name of the model that writes the contexts (cache keys, digests, saves)."""
+        if self._context_name is not None:
+            return self._context_name
+        return None if self.context_model is None else model_name(self.context_model)
 
     def _embedded(self) -> dict[str, Any]:
         """What is embedded beside each leaf's text, as a save records it."""
-        model = None if self.context_model is None else model_name(self.context_model)
+        model = self._context_model_name()
         return persist.embedded_setting(describe_headers(self.contextual_headers), model)
 
     # Retrieval -----------------------------------------------------------------

@@ -130,6 +130,8 @@ class Store:
             context_model=chat,
             context_cache=self.context_cache,
         )
+        # the contexts are known by the store's provider:model, whether or not the model is made
+        self.retriever._context_name = self.embedded.context_model
 
     @property
     def contexts(self) -> ContextWriter | None:

@@ -62,7 +62,7 @@ from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
 from langchain_s2b.core.situate import leaf_contexts, pieces
 from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import DOC_LEVEL, build_tree, user_metadata
-from langchain_s2b.store.situator import ContextFailedError, ContextWriter, model_name
+from langchain_s2b.store.situator import ContextFailedError, ContextWriter
 
 GROUP_CHARS = 250_000
 """Text per write transaction (a larger file is a group of its own)."""
@@ -114,19 +114,20 @@ def plan(
     docs: Sequence[Document],
     headers: bool | HeaderFunction = False,
     contexts: ContextWriter | None = None,
+    context_name: str = "",
 ) -> tuple[list[str], dict[str, int]]:
     """The distinct chunk texts the index will embed for ``docs``, and each source's chunks.
 
     Split exactly as the store splits them (:func:`~langchain_s2b.core.ingest.leaf_texts`
-    with the store's levels, ``headers`` and the ``contexts`` its model wrote),
-    making no node document, no vector and no lexical index.
+    with the store's levels, ``headers`` and the ``contexts`` its model wrote, known
+    by ``context_name``), making no node document, no vector and no lexical index.
     """
     texts: dict[str, None] = {}
     chunks: dict[str, int] = {}
     for source in identify(docs, None, [], ""):
         if is_empty(source):
             continue
-        written = None if contexts is None else _contexts(source, contexts)
+        written = None if contexts is None else _contexts(source, contexts, context_name)
         leaves = leaf_texts_of(source, LEVELS, headers, written)
         chunks[source.source_id] = len(leaves)
         texts.update(dict.fromkeys(leaves))
@@ -138,11 +139,11 @@ def leaf_texts(docs: Sequence[Document]) -> list[str]:
     return plan(docs)[0]
 
 
-def _contexts(source: Source, writer: ContextWriter) -> list[str]:
+def _contexts(source: Source, writer: ContextWriter, name: str) -> list[str]:
     """Each leaf's context (the model's, or the cache's), by split id."""
     text = source.doc.page_content
     tree = build_tree(text, source.source_key, LEVELS)
-    found, owner = pieces(source.source_id, text, tree, model_name(writer.model))
+    found, owner = pieces(source.source_id, text, tree, name)
     answers = writer.write(found)
     return leaf_contexts(found, owner, dict(zip((p.key for p in found), answers, strict=True)))
 
@@ -172,7 +173,8 @@ def run(
     report = _Report(strict, on_skip, on_note)
     loaded, touched = _read_changed(store, found, stored, outcome, report, progress, again=again)
     if store.contexts is not None:
-        loaded = _situate(store.contexts, loaded, outcome, report, progress)
+        name = store.embedded.context_model or ""
+        loaded = _situate(store.contexts, name, loaded, outcome, report, progress)
     gone = _gone(found, stored) if prune else set()
     accepted, holders = _claim(store, stored, gone, loaded, outcome, strict, on_skip)
     _plan(store, accepted, outcome, progress)
@@ -287,6 +289,7 @@ def _with_indexed(found: Found, stored: dict[str, FileRow]) -> Found:
 
 def _situate(
     writer: ContextWriter,
+    name: str,
     loaded: list[_Loaded],
     outcome: Outcome,
     report: _Report,
@@ -301,7 +304,7 @@ def _situate(
                 try:
                     for source in identify(item.docs, None, [], ""):
                         if not is_empty(source):
-                            _contexts(source, writer)
+                            _contexts(source, writer, name)
                 except ContextFailedError as err:
                     _skip(outcome, str(item.path), str(err), report.strict, report.on_skip)
                 else:
@@ -487,7 +490,12 @@ def _plan(store: Store, accepted: list[_Loaded], outcome: Outcome, progress: Pro
     try:
         with ticking(bar):  # one large file is a long step
             for item in accepted:
-                item.texts, item.chunks = plan(item.docs, store.embedded.headers, store.contexts)
+                item.texts, item.chunks = plan(
+                    item.docs,
+                    store.embedded.headers,
+                    store.contexts,
+                    store.embedded.context_model or "",
+                )
                 chunks.update(item.chunks)
                 texts.update(item.texts)
                 chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))

@@ -197,6 +197,8 @@ class TestContextModel:
         _index(capsys, corpus, store)
         _index(capsys, corpus, store, "--headers")  # every file again, in a new process's store
         assert sum(m.calls for m in chat) == paragraphs
+        code, out, err = _run(capsys, "verify", "--store", str(store))  # makes no model
+        assert (code, out.splitlines()[-1], err) == (0, "ok", "")
         _, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
         meta = json.loads(out)["results"][0]["metadata"]
         assert "leaf_context" not in meta
