@@ -164,3 +164,20 @@ class TestFailure:
         with pytest.raises(ContextFailedError, match="failed for 1 of 6 pieces"):
             asyncio.run(retriever.aadd_documents([_doc()], ["n"]))
         assert list(retriever.docstore.yield_keys()) == []
+
+
+def test_verify_checks_headers_and_repairs_from_the_cache() -> None:
+    model = Situating()
+    retriever = _retriever(model, contextual_headers=True)
+    retriever.add_documents([_doc(title="Quokka")], ["n"])
+    assert retriever.verify(digests=True).ok
+    retriever.vectorstore.delete(["n/sentence/3"])  # a lost leaf
+    report = retriever.verify(repair=True)
+    assert report.rebuilt == ["n"]
+    assert retriever.verify(digests=True).ok
+    assert model.calls == 6  # the repair wrote the source again from its cached contexts
+    store = retriever.vectorstore
+    assert isinstance(store, FaissIndex)
+    (leaf,) = store.get_by_ids([k for k in store.keys() if k.endswith("/sentence/4")])
+    assert leaf.metadata["leaf_context"] == _context(PARAGRAPHS[3])
+    assert leaf.metadata["heading"] == "Quokka > Normans > Norman conquest"
