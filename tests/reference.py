@@ -35,9 +35,9 @@ The contract, written once here:
 * **Headers** (``contextual_headers=True``). A leaf's header is its source's
   title (its ``title`` metadata, else its first Markdown heading) and the
   headings in force where its first non-space character is (a heading of level
-  ``n`` ends every open one of level ``n`` or deeper), joined by ``" > "``; a
-  leading heading whose letters and digits equal the title's (case-folded) is
-  left out. The index embeds, and BM25 reads, ``header + "\n\n" + text``
+  ``n`` ends every open one of level ``n`` or deeper), joined by ``" > "``; the
+  first heading of that path is left out when its letters and digits equal the
+  title's (case-folded). The index embeds, and BM25 reads, ``header + "\n\n" + text``
   (the text alone when the header is empty); everything returned is the source
   text. A result's ``heading`` is its best match's header (highest score; of
   equal scores, the first in the text), when not empty.
@@ -244,7 +244,7 @@ def add_headers(source: Source, leaf_level: str) -> None:
             if at <= first:
                 open_ = [(lv, n) for lv, n in open_ if lv < level] + [(level, name)]
         path = [n for _, n in open_]
-        while path and title and _folded(path[0]) == _folded(title):
+        if path and title and _folded(path[0]) == _folded(title):
             path.pop(0)
         node.heading = " > ".join(p for p in [title, *path] if p)
 

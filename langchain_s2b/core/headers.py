@@ -23,7 +23,7 @@ fenced code blocks and a YAML front matter. A leaf's path is the stack of
 headings in force where its text starts.
 
 **The title** is the document's ``title`` metadata, else its first heading;
-a leading path entry that repeats the title is left out.
+a first path entry that repeats the title is left out.
 """
 
 from __future__ import annotations
@@ -212,9 +212,12 @@ def _same(a: str, b: str) -> bool:
 
 
 def header(title: str, path: Sequence[str]) -> str:
-    """``title > section > subsection``; a leading section that repeats the title is left out."""
+    """``title > section > subsection``; a first section that repeats the title is left out.
+
+    Only the first: a subsection named like the title (``Valley > Valley``) is a place of its own.
+    """
     rest = list(path)
-    while rest and title and _same(rest[0], title):
+    if rest and title and _same(rest[0], title):
         rest.pop(0)
     return SEPARATOR.join(part for part in [title, *rest] if part)
 

@@ -144,6 +144,7 @@ def test_html_headings() -> None:
 
 def test_header_leaves_out_a_section_that_repeats_the_title() -> None:
     assert header("getting-started", ["Getting Started", "Linux"]) == "getting-started > Linux"
+    assert header("Valley", ["Valley", "Valley"]) == "Valley > Valley"  # a subsection of its own
     assert header("", ["A", "B"]) == "A > B"
     assert header("T", []) == "T"
     assert header("", []) == ""
