@@ -99,6 +99,10 @@ class SmallToBigRetriever(BaseRetriever):
             documents), or pass ``byte_store`` for any byte store (JSON codec).
         mode: ``"parent"``, ``"window"`` or ``"multilevel"``.
         k: number of *results* (parents, windows, contexts), not of children.
+        contextual_headers: embed and search each child under its document's title
+            and section path (results carry their best match's ``heading``).
+        context_model: a chat model that writes a context for each paragraph,
+            embedded and searched with its children (Anthropic's contextual retrieval).
 
     Instantiate:
         .. code-block:: python
