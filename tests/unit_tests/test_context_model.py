@@ -178,6 +178,7 @@ def test_verify_checks_headers_and_repairs_from_the_cache() -> None:
     assert model.calls == 6  # the repair wrote the source again from its cached contexts
     store = retriever.vectorstore
     assert isinstance(store, FaissIndex)
-    (leaf,) = store.get_by_ids([k for k in store.keys() if k.endswith("/sentence/4")])
+    held = store.keys()
+    (leaf,) = store.get_by_ids([k for k in held if k.endswith("/sentence/4")])
     assert leaf.metadata["leaf_context"] == _context(PARAGRAPHS[3])
     assert leaf.metadata["heading"] == "Quokka > Normans > Norman conquest"
