@@ -9,7 +9,10 @@ gold evidence span lies inside the returned spans of the right document
 words, and told the budget (``max_tokens``) then cut, for the rows that can
 be told. Rows include plain hit sentences and plain ~300-token chunks; the
 small-to-big rows use hybrid search (the default) unless named ``dense``; the
-``CLI tree`` rows are parent mode on the command line's multilevel tree.
+``CLI tree`` rows are parent mode on the command line's multilevel tree. Rows
+named ``headers`` embed and search each leaf under its article's title (the
+dev set's articles have no section headings): the same configuration as the
+row without, over an index of its own.
 
 Hit rate can not see waste (more text never lowers it), so every rule and
 budget also reports the tokens returned, evidence recall and evidence
@@ -102,12 +105,14 @@ def rows(
     ``cross_encoder``: a folder holding a sentence-transformers cross-encoder.
     ``options``: retriever options every small-to-big row takes (``margin=``).
     """
-    built: dict[str, SmallToBigRetriever] = {}
+    built: dict[tuple[str, bool], SmallToBigRetriever] = {}
 
-    def index(mode: str) -> SmallToBigRetriever:
-        if mode not in built:
-            built[mode] = SmallToBigRetriever.from_documents(documents, emb, mode=mode, **options)
-        return built[mode]
+    def index(mode: str, headers: bool = False) -> SmallToBigRetriever:
+        if (mode, headers) not in built:
+            built[mode, headers] = SmallToBigRetriever.from_documents(
+                documents, emb, mode=mode, contextual_headers=headers, **options
+            )
+        return built[mode, headers]
 
     def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
         return lambda: index(tree).model_copy(update=fields)
@@ -128,6 +133,10 @@ def rows(
         reranker = CrossEncoderReranker(model=model, top_n=10**6)
         return index("multilevel").model_copy(update={"mode": "pack", "reranker": reranker})
 
+    def headed(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
+        """The same row over leaves embedded under their title and section path."""
+        return lambda: index(tree, headers=True).model_copy(update=fields)
+
     extra: dict[str, Callable[[], BaseRetriever]] = {}
     if judge is not None:
         extra["pack, w = 1, reranked children"] = reranked(0)
@@ -136,18 +145,28 @@ def rows(
         extra["pack, w = 1, reranked (cross-encoder)"] = crossed
     return extra | {
         "plain sentences": lambda: index("window").vectorstore.as_retriever(),
+        "plain sentences, headers": lambda: index("window", True).vectorstore.as_retriever(),
         "plain chunks (~300 tok)": lambda: index("parent").vectorstore.as_retriever(),
         "window, w = 3": copy("window", window_size=3),
         "window, w = 3, dense": copy("window", window_size=3, hybrid=False),
         "window, w = 1": copy("window", window_size=1),
         "window, w = 1, dense": copy("window", window_size=1, hybrid=False),
+        "window, w = 1, headers": headed("window", window_size=1),
+        "window, w = 1, dense, headers": headed("window", window_size=1, hybrid=False),
         "parent (~1,200-token parents)": copy("parent"),
+        "parent (~1,200-token parents), headers": headed("parent"),
         "multilevel": copy("multilevel"),
         "multilevel, dense": copy("multilevel", hybrid=False),
+        "multilevel, headers": headed("multilevel"),
         "pack, w = 1": copy("multilevel", mode="pack"),
         "pack, w = 1, dense": copy("multilevel", mode="pack", hybrid=False),
+        "pack, w = 1, headers": headed("multilevel", mode="pack"),
+        "pack, w = 1, dense, headers": headed("multilevel", mode="pack", hybrid=False),
         "CLI tree, parent = paragraph": copy("multilevel", mode="parent"),
         "CLI tree, parent = section": copy("multilevel", mode="parent", parent_level="section"),
+        "CLI tree, parent = section, headers": headed(
+            "multilevel", mode="parent", parent_level="section"
+        ),
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,20 +26,29 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list
-from langchain_core.stores import BaseStore
+from langchain_core.stores import BaseStore, InMemoryByteStore
 from langchain_core.tools import BaseTool
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import Self
 
 from langchain_s2b import callbacks, tools
 from langchain_s2b.core import lifecycle
 from langchain_s2b.core import verify as checks
 from langchain_s2b.core.batch import lockstep
-from langchain_s2b.core.budget import TokenCounter, approximate_tokens
+from langchain_s2b.core.budget import TokenCounter, approximate_tokens, estimate_tokens
+from langchain_s2b.core.headers import DEFAULT_CONTEXTUAL_HEADERS, check_headers, describe_headers
 from langchain_s2b.core.ingest import IndexingResult
 from langchain_s2b.core.params import (
     MARGIN,
@@ -61,11 +70,13 @@ from langchain_s2b.store.faiss_index import FaissIndex
 from langchain_s2b.store.hybrid_index import HybridChildIndex
 from langchain_s2b.store.node_store import NodeStore
 from langchain_s2b.store.runner import Runner
+from langchain_s2b.store.situator import ContextWriter, model_name
 
 T = TypeVar("T")
 _NOT_SAVED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
-    | {"callbacks", "token_counter", "reranker"}
+    | {"callbacks", "token_counter", "context_cache", "reranker"}
+    | {"contextual_headers", "context_model"}  # saved as what is embedded: persist.embedded
 )
 
 
@@ -88,6 +99,10 @@ class SmallToBigRetriever(BaseRetriever):
             documents), or pass ``byte_store`` for any byte store (JSON codec).
         mode: ``"parent"``, ``"window"`` or ``"multilevel"``.
         k: number of *results* (parents, windows, contexts), not of children.
+        contextual_headers: embed and search each child under its document's title
+            and section path (results carry their best match's ``heading``).
+        context_model: a chat model that writes a context for each paragraph,
+            embedded and searched with its children (Anthropic's contextual retrieval).
 
     Instantiate:
         .. code-block:: python
@@ -165,9 +180,20 @@ class SmallToBigRetriever(BaseRetriever):
     """Metadata field(s) that identify a source; default ``Document.id`` or a content hash."""
     on_missing: str = Field(default="raise", pattern="^(raise|skip)$")
     """A node missing from the docstore: ``"raise"``, or ``"skip"`` (logged and counted)."""
+    contextual_headers: bool | Callable[[Document, Document], str] = DEFAULT_CONTEXTUAL_HEADERS
+    """Embed and lexically index each leaf under its title and section path (README); or a
+    callable ``(document, leaf) -> header``. Results carry their best match's ``heading``."""
+    context_model: BaseChatModel | None = None
+    """A chat model that writes a context for each paragraph, embedded with its sentences."""
+    context_cache: BaseStore[str, bytes] | None = None
+    """Where the model's contexts are kept by digest (default: in memory, this retriever's)."""
 
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _io: Runner = PrivateAttr()
+    _contexts: BaseStore[str, bytes] = PrivateAttr(default_factory=InMemoryByteStore)
+    _context_name: str | None = PrivateAttr(default=None)
+    """The name the contexts were written under, when not the model's own (the command line
+    names a store's model by its ``provider:model``, also where it makes no model)."""
     _defaults: tuple[tuple[Any, ...], QueryParams] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
@@ -190,6 +216,11 @@ class SmallToBigRetriever(BaseRetriever):
         except ValidationError as err:
             raise ValueError(_one_line(err)) from None
 
+    @field_validator("contextual_headers", mode="plain")
+    @classmethod
+    def _check_headers(cls, value: Any) -> bool | Callable[[Document, Document], str]:
+        return check_headers(value)
+
     @model_validator(mode="after")
     def _setup(self) -> Self:
         self._wire()
@@ -204,7 +235,11 @@ class SmallToBigRetriever(BaseRetriever):
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
         index = HybridChildIndex(self.vectorstore) if self.hybrid else ChildIndex(self.vectorstore)
-        self._io = Runner(index, self.docstore)
+        contexts = None
+        if self.context_model is not None:
+            cache = self.context_cache if self.context_cache is not None else self._contexts
+            contexts = ContextWriter(self.context_model, cache)
+        self._io = Runner(index, self.docstore, contexts)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy with ``update`` applied; it uses exactly the stores it names.
@@ -307,9 +342,25 @@ class SmallToBigRetriever(BaseRetriever):
         emb = self._io.index.embeddings
         limit = getattr(emb, "max_input_tokens", None)
         counter = getattr(emb, "count_tokens", None)
-        if limit is not None and callable(counter):
-            return lifecycle.Config(self._levels, fields, limit, counter)
-        return lifecycle.Config(self._levels, fields, limit)
+        return lifecycle.Config(
+            self._levels,
+            fields,
+            limit,
+            counter if limit is not None and callable(counter) else estimate_tokens,
+            headers=self.contextual_headers,
+            context_model=self._context_model_name(),
+        )
+
+    def _context_model_name(self) -> str | None:
+        """The name of the model that writes the contexts (cache keys, digests, saves)."""
+        if self._context_name is not None:
+            return self._context_name
+        return None if self.context_model is None else model_name(self.context_model)
+
+    def _embedded(self) -> dict[str, Any]:
+        """What is embedded beside each leaf's text, as a save records it."""
+        model = self._context_model_name()
+        return persist.embedded_setting(describe_headers(self.contextual_headers), model)
 
     # Retrieval -----------------------------------------------------------------
 
@@ -376,7 +427,9 @@ class SmallToBigRetriever(BaseRetriever):
         """
         store = self.vectorstore
         lexical = store.built_lexical() if isinstance(store, FaissIndex) else None
-        saved = persist.Saved(store, self.docstore, self._levels, self._options(), lexical)
+        saved = persist.Saved(
+            store, self.docstore, self._levels, self._options(), lexical, self._embedded()
+        )
         with self._io.lock.hold(write=False):
             return persist.save(saved, path, include_docstore=include_docstore)
 
@@ -416,6 +469,10 @@ class SmallToBigRetriever(BaseRetriever):
         Keyword arguments: ``docstore=``/``byte_store=`` (required when the save
         did not copy its store), ``vectorstore=``, ``splitters={level: splitter}``
         for custom splitters, and any retriever option to override.
+
+        What is embedded beside each leaf is the save's: its ``contextual_headers``
+        (a callable must be passed again) and its context model (pass it again as
+        ``context_model=``); another setting is refused in one line.
         """
         loaded = persist.load(
             path,
@@ -430,6 +487,23 @@ class SmallToBigRetriever(BaseRetriever):
         if unknown:
             msg = f"{path}: unknown retriever options {unknown}."
             raise ValueError(msg)
+        saved = loaded.embedded or persist.NOTHING_EMBEDDED
+        if "contextual_headers" not in fields:
+            if saved["contextual_headers"] == "custom":
+                msg = (
+                    f"{path} was built with a contextual_headers callable; pass it again: "
+                    "load(path, embedding, contextual_headers=<the callable>)."
+                )
+                raise ValueError(msg)
+            fields["contextual_headers"] = saved["contextual_headers"] == "sections"
+        headers = check_headers(fields.get("contextual_headers", False))
+        model = fields.get("context_model")
+        persist.check_embedded(
+            path,
+            saved,
+            describe_headers(headers),
+            None if model is None else model_name(model),
+        )
         if isinstance(loaded.vectorstore, FaissIndex) and loaded.lexical is not None:
             loaded.vectorstore.adopt_lexical(loaded.lexical)  # else built from its records
         return cls(vectorstore=loaded.vectorstore, levels=loaded.levels, **loaded.stores, **fields)
@@ -509,7 +583,7 @@ class SmallToBigRetriever(BaseRetriever):
 
 _REWIRED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
-    | {"hybrid", "mode"}
+    | {"hybrid", "mode", "context_model", "context_cache"}
 )
 """Fields whose change gives a copy its own child index and runner."""
 _NO_DEEP_COPY = (

@@ -38,6 +38,15 @@ The contract, written once here:
   evidence (one scoring above 0 whose dense z-score, plus under hybrid search
   0.3 times BM25's lowest z, on the relevance scale, reaches the bar), or the
   search is exhausted.
+* **Headers** (``contextual_headers=True``). A leaf's header is its source's
+  title (its ``title`` metadata, else its first Markdown heading) and the
+  headings in force where its first non-space character is (a heading of level
+  ``n`` ends every open one of level ``n`` or deeper), joined by ``" > "``; the
+  first heading of that path is left out when its letters and digits equal the
+  title's (case-folded). The index embeds, and BM25 reads, ``header + "\n\n" + text``
+  (the text alone when the header is empty); everything returned is the source
+  text. A result's ``heading`` is its best match's header (highest score; of
+  equal scores, the first in the text), when not empty.
 * **Results.** Every result carries its ``tokens``. parent: one per parent of
   a hit, ranked by its best-ranked hit; ``matches``: the hits inside. window:
   hits seed windows best first; a hit inside an earlier window of its source
@@ -164,6 +173,8 @@ class Node:
     start: int
     end: int
     parent: Node | None
+    heading: str = ""
+    """Its contextual header (leaves, with headers on: :func:`add_headers`)."""
 
     @property
     def key(self) -> str:
@@ -211,6 +222,43 @@ def build(
         source.levels[name] = nodes
         parents = nodes
     return source
+
+
+_ATX = re.compile(r"^(#{1,6}) +(\S.*?) *$", re.MULTILINE)
+
+
+def _folded(text: str) -> str:
+    return "".join(c for c in text.casefold() if c.isalnum())
+
+
+def add_headers(source: Source, leaf_level: str) -> None:
+    """Give each leaf of ``source`` its header (the contract above; Markdown ``#`` headings)."""
+    text = source.text
+    headings = [
+        (m.start(), len(m.group(1)), " ".join(m.group(2).split())) for m in _ATX.finditer(text)
+    ]
+    given = source.metadata.get("title")
+    title = " ".join(given.split()) if isinstance(given, str) and given.strip() else ""
+    if not title and headings:
+        title = headings[0][2]
+    for node in source.levels[leaf_level]:
+        first = node.start
+        while first < node.end and text[first].isspace():
+            first += 1
+        open_: list[tuple[int, str]] = []
+        for at, level, name in headings:
+            if at <= first:
+                open_ = [(lv, n) for lv, n in open_ if lv < level] + [(level, name)]
+        path = [n for _, n in open_]
+        if path and title and _folded(path[0]) == _folded(title):
+            path.pop(0)
+        node.heading = " > ".join(p for p in [title, *path] if p)
+
+
+def embedded(node: Node) -> str:
+    """What the index embeds and BM25 reads for a leaf: its header, then its text."""
+    text = node.source.text[node.start : node.end]
+    return f"{node.heading}\n\n{text}" if node.heading else text
 
 
 def leaves(source: Source, leaf_level: str) -> list[Node]:
@@ -273,6 +321,8 @@ def result(
 ) -> Document:
     """A result document with the metadata every result carries."""
     found = matches(hits, start, end)
+    inside = [h for h in hits if start <= h.node.start and h.node.end <= end]
+    best = min(inside, key=lambda h: (-h.score, h.node.start))
     meta = {
         **source.metadata,
         "score": max(m["score"] for m in found),
@@ -283,6 +333,8 @@ def result(
         "level": level,
         "matches": found,
     }
+    if best.node.heading:
+        meta["heading"] = best.node.heading
     doc_id = extra.pop("id", None)
     meta.update(extra)
     return Document(page_content=source.text[start:end], metadata=meta, id=doc_id)
@@ -345,6 +397,8 @@ class Lexical:
     """Whether a leaf passes the call's filter."""
     cosine: Callable[[Node], float]
     """A leaf's score against the query, as the child index gives it."""
+    text: Callable[[Node], str] = field(default=lambda node: text_of(node))
+    """What BM25 reads of a leaf (with headers: :func:`embedded`)."""
 
 
 def text_of(node: Node) -> str:
@@ -392,7 +446,7 @@ def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
         return Ranking(hits, relevance, exhausted, bound)
     lex = s.lexical
     node_of = {n.key: n for n in lex.leaves}
-    docs = {n.key: analyze(text_of(n)) for n in lex.leaves}  # every leaf, whatever the filter
+    docs = {n.key: analyze(lex.text(n)) for n in lex.leaves}  # every leaf, whatever the filter
     scores = bm25(analyze(lex.query), docs)
     best = sorted(
         ((k, v) for k, v in scores.items() if lex.passes(node_of[k])),

@@ -138,7 +138,13 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
     if not found.files and (not found.folders or not (directory / "s2b.sqlite").exists()):
         raise UserError(_nothing_to_index(args.paths, found, directory))
     with writer_lock(directory, wait=not args.no_wait):
-        store = open_or_create(directory, wanted_embedding(args), search=False)
+        store = open_or_create(
+            directory,
+            wanted_embedding(args),
+            search=False,
+            headers=args.headers,
+            context_model=args.context_model,
+        )
         try:
             _restore(store)
             done = indexer.run(
@@ -317,7 +323,9 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     )
     with lock:
         try:
-            store = open_store(directory, wanted_embedding(args), writer=args.repair)
+            store = open_store(
+                directory, wanted_embedding(args), writer=args.repair, contexts=args.repair
+            )
         except DamagedDatabaseError:
             if not args.repair:
                 raise
@@ -427,12 +435,22 @@ def _rebuild(directory: Path, store: Store | None, wanted: str | None, out: Text
     (and whatever the damaged file still lets be read). Call under the writer lock.
     """
     damaged: Database | None
+    embedded = None
     if store is not None:
         spec, model, damaged = store.spec, store.cache.model, store.db
+        embedded = store.embedded
     else:
         spec = _listed_spec(directory, wanted)
         model, damaged = models.make_embedding(spec), salvageable(directory)
-    done = health.rebuild(directory, spec, model, damaged, on_skip=_on_skip, progress=progress.bar)
+    done = health.rebuild(
+        directory,
+        spec,
+        model,
+        damaged,
+        on_skip=_on_skip,
+        progress=progress.bar,
+        embedded=embedded,
+    )
     fresh = open_store(directory, spec, embedding=model, search=False, writer=True)
     try:
         _restore(fresh)

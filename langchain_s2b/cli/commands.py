@@ -172,6 +172,22 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument(
         "--strict", action="store_true", help="stop at the first file that cannot be read"
     )
+    index.add_argument(
+        "--headers", action=argparse.BooleanOptionalAction, default=None,
+        help="embed and search each chunk under its title and section path (default: the "
+        "store's setting; a new store's: off); a change indexes every file again, reusing "
+        "the vectors of any text embedded before",
+    )  # fmt: skip
+    index.add_argument(
+        "--context-model", metavar="PROVIDER:MODEL", default=None,
+        help="a chat model (init_chat_model names, e.g. anthropic:claude-3-5-haiku-latest) "
+        "that writes a context for each paragraph, embedded with its chunks; the store "
+        "keeps it (--no-context-model: none)",
+    )  # fmt: skip
+    index.add_argument(
+        "--no-context-model", dest="context_model", action="store_const", const="",
+        help="no context model from now on",
+    )  # fmt: skip
 
     query = add("query", parents=[common], help="print the contexts that answer a question")
     query.add_argument("question")

@@ -22,13 +22,16 @@ from langchain_s2b.tools import excerpt_bounds, source_label
 def result_json(doc: Document, rank: int) -> dict[str, Any]:
     """A result as a JSON-ready dict."""
     meta = doc.metadata
-    return {
+    out = {
         "rank": rank,
         "score": meta.get("score"),
         "source": source_label(meta),
         "text": doc.page_content,
         "metadata": meta,
     }
+    if isinstance(meta.get("heading"), str):  # a store indexed with --headers
+        out["heading"] = meta["heading"]
+    return out
 
 
 def _spans(doc: Document) -> list[tuple[int, int]]:
@@ -57,6 +60,8 @@ def _header(doc: Document, rank: int, *, cite: bool = False) -> str:
     ]
     if isinstance(meta.get("page"), int):
         parts.append(f"page {meta['page']}")
+    if isinstance(meta.get("heading"), str) and meta["heading"]:
+        parts.append(f"§ {safe(meta['heading'])}")
     if cite and meta.get("source_id") not in (None, source_label(meta)):
         parts.append(f"source {shown_name(str(meta['source_id']))}")
     where = f"{meta.get('mode', '?')}/{meta.get('level', '?')}"

@@ -61,8 +61,61 @@ FAISS_FILES = "s2b.*.*.faiss"
 """The FAISS index files (``store.index_file.INDEX_FILE``)."""
 LISTING_FILE = "s2b.json"
 """The settings and the indexed files' paths, beside the database (:class:`Listing`)."""
-SETTINGS = ("format", "format_version", "embedding", "tree")
+SETTINGS = ("format", "format_version", "embedding", "tree", "headers", "context_model")
 """The ``meta`` values that are the store's settings (the rest is the database's own)."""
+HEADERS = "headers"
+"""Setting: ``"on"`` when chunks are embedded under their title and section path."""
+CONTEXT_MODEL = "context_model"
+"""Setting: the chat model (``provider:model``) that writes each paragraph's context."""
+PENDING = "embedded_pending"
+"""``"1"`` from the run that changed the headers or context setting until a run re-indexed
+every file with it (an interrupted run leaves it: the next run goes on re-indexing)."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """What a store embeds beside each chunk's text: a header, a model's context."""
+
+    headers: bool
+    context_model: str | None = None
+
+    def describe(self) -> str:
+        """``headers on, context model anthropic:claude-3-5-haiku-latest`` (for messages)."""
+        model = f"context model {self.context_model}" if self.context_model else "no context model"
+        return f"headers {'on' if self.headers else 'off'}, {model}"
+
+
+def read_embedded(db: Database) -> Embedded:
+    """The store's recorded setting (a store made before it was recorded: off, no model)."""
+    headers = db.get_meta(HEADERS)
+    model = db.get_meta(CONTEXT_MODEL)
+    return Embedded(headers == "on", model or None)
+
+
+def listed_embedded(listing: Listing) -> Embedded:
+    """The setting ``s2b.json`` records (a listing written before it: off, no model)."""
+    return Embedded(
+        listing.settings.get(HEADERS) == "on", listing.settings.get(CONTEXT_MODEL) or None
+    )
+
+
+def record_embedded(db: Database, embedded: Embedded, *, pending: bool) -> None:
+    """Record the setting (inside the caller's transaction); ``pending``: every file again."""
+    db.set_meta(HEADERS, "on" if embedded.headers else "off")
+    db.set_meta(CONTEXT_MODEL, embedded.context_model or "")
+    if pending:
+        db.set_meta(PENDING, "1")
+
+
+def reindex_pending(db: Database) -> bool:
+    """Whether a changed setting still has files to re-index."""
+    return db.get_meta(PENDING) == "1"
+
+
+def finish_reindex(db: Database) -> None:
+    """Every file is indexed with the recorded setting (inside the caller's transaction)."""
+    db.conn.execute("DELETE FROM meta WHERE name = ?", (PENDING,))
+
 
 _FILES_TABLE = """
 CREATE TABLE IF NOT EXISTS files (
@@ -395,6 +448,9 @@ def read_settings(db: Database, directory: Path) -> dict[str, str]:
     except UserError:
         msg = f"bad configuration in {where}: embedding {rows.get('embedding')!r}{hint}"
         raise wrong(msg) from None
+    if rows.get(HEADERS, "off") not in ("on", "off"):
+        msg = f"bad configuration in {where}: headers {rows.get(HEADERS)!r}{hint}"
+        raise wrong(msg)
     return rows
 
 
@@ -417,7 +473,7 @@ def open_database(directory: Path, wanted: str | None = None) -> tuple[Database,
     return db, specs.parse_spec(recorded)
 
 
-def initialise(db: Database, spec: str) -> None:
+def initialise(db: Database, spec: str, embedded: Embedded) -> None:
     """Tables and settings of a new store, in one transaction: a reader sees both or neither."""
     with db.write():
         db.create_tables(_FILES_TABLE)
@@ -428,6 +484,7 @@ def initialise(db: Database, spec: str) -> None:
             ("tree", INDEX_MODE),
         ):
             db.set_meta(name, value)
+        record_embedded(db, embedded, pending=False)
 
 
 def replace_database(directory: Path, fresh: Path, *, keep: bool = False) -> Path | None:

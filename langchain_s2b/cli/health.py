@@ -41,7 +41,13 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli import indexer
 from langchain_s2b.cli.errors import UserError
-from langchain_s2b.cli.folder import LISTING_FILE, check_listing, read_listing
+from langchain_s2b.cli.folder import (
+    LISTING_FILE,
+    Embedded,
+    check_listing,
+    listed_embedded,
+    read_listing,
+)
 from langchain_s2b.cli.index_dir import DB_FILE, Store, initialise, replace_database
 from langchain_s2b.cli.loaders import Found
 from langchain_s2b.core.keys import (
@@ -245,6 +251,7 @@ def rebuild(
     *,
     on_skip: Callable[[str, str], None],
     progress: indexer.Progress,
+    embedded: Embedded | None = None,
 ) -> Rebuilt:
     """Index the store's files again into a new database file that replaces the damaged one.
 
@@ -254,6 +261,8 @@ def rebuild(
     The vectors that the damaged file still holds whole are kept, so only the
     rest is embedded again. The damaged file is kept aside. Call under the
     writer lock; ``damaged`` (the damaged database, if it opens at all) is closed.
+    ``embedded``: the store's headers and context setting (``None``: as
+    ``s2b.json`` records it).
     """
     paths, complete, kept = _salvage(damaged)
     try:
@@ -269,10 +278,12 @@ def rebuild(
         name.unlink(missing_ok=True)
     db = Database(fresh)
     try:
-        initialise(db, spec)
+        if embedded is None:  # the setting s2b.json records (an older one: none)
+            embedded = Embedded(headers=False) if listing is None else listed_embedded(listing)
+        initialise(db, spec, embedded)
         with db.write():
             db.insert_vectors(kept)
-        new = Store(directory, db, spec, embedding=model, search=False)
+        new = Store(directory, db, spec, embedding=model, search=False, contexts=True)
         done, gone = reread(new, paths, on_skip=on_skip, progress=progress)
         new.cache.collect_garbage()
     finally:

@@ -29,6 +29,7 @@ from langchain_s2b.cli.folder import (
     DB_FILE,
     FAISS_FILES,
     LOCK_FILE,
+    Embedded,
     FileRow,
     connect,
     counts,
@@ -39,6 +40,9 @@ from langchain_s2b.cli.folder import (
     initialise,
     open_database,
     put_file,
+    read_embedded,
+    record_embedded,
+    reindex_pending,
     replace_database,
     size,
     store_error,
@@ -47,13 +51,21 @@ from langchain_s2b.cli.folder import (
 )
 from langchain_s2b.cli.folder import _check_directory as check_directory
 from langchain_s2b.cli.options import INDEX_MODE, PARENT_LEVEL, PARENT_LEVELS
+from langchain_s2b.core.headers import DEFAULT_CONTEXTUAL_HEADERS
 from langchain_s2b.retriever import SmallToBigRetriever
 from langchain_s2b.store.database import SCHEMA_VERSION, Database, upgrade
-from langchain_s2b.store.sqlite import CachedEmbeddings, SQLiteDocStore, SQLiteFaissIndex
+from langchain_s2b.store.situator import ContextWriter
+from langchain_s2b.store.sqlite import (
+    CachedEmbeddings,
+    SQLiteContextCache,
+    SQLiteDocStore,
+    SQLiteFaissIndex,
+)
 
 __all__ = [
     "DB_FILE",
     "INDEX_MODE",
+    "Embedded",
     "LOCK_FILE",
     "PARENT_LEVEL",
     "PARENT_LEVELS",
@@ -79,6 +91,11 @@ class Store:
         search: whether this run searches (its retriever is hybrid: the
             lexical index is the database's FTS5 table). A writer writes the
             lexical index all the same: it is part of every leaf's write.
+        contexts: whether this run adds documents (the store's context model,
+            if it has one, is made; a run that only reads or deletes needs none).
+
+    What is embedded beside each chunk (its header, its context) is the
+    store's recorded setting (:class:`~.folder.Embedded`).
     """
 
     def __init__(
@@ -89,6 +106,7 @@ class Store:
         *,
         embedding: Embeddings | None = None,
         search: bool = True,
+        contexts: bool = False,
     ) -> None:
         self.directory = directory
         self.db = db
@@ -97,13 +115,32 @@ class Store:
         self.cache = CachedEmbeddings(model, db)
         self.docstore = SQLiteDocStore(db)
         self.index = SQLiteFaissIndex(self.cache, self.docstore)
+        self.embedded = read_embedded(db)
+        self.context_cache = SQLiteContextCache(db)
+        chat = None
+        if contexts and self.embedded.context_model:
+            chat = models.make_chat_model(self.embedded.context_model)
         self.retriever = SmallToBigRetriever(
             vectorstore=self.index,
             docstore=self.docstore,
             mode=INDEX_MODE,
             parent_level=PARENT_LEVEL,
             hybrid=search,
+            contextual_headers=self.embedded.headers,
+            context_model=chat,
+            context_cache=self.context_cache,
         )
+        # the contexts are known by the store's provider:model, whether or not the model is made
+        self.retriever._context_name = self.embedded.context_model
+
+    @property
+    def contexts(self) -> ContextWriter | None:
+        """The writer of the chunks' contexts (``None``: no context model, or not made)."""
+        return self.retriever._io.contexts
+
+    def reindex_pending(self) -> bool:
+        """Whether a changed headers or context setting still has files to index again."""
+        return reindex_pending(self.db)
 
     def restore(self, *, read_only: bool = False, mend: bool = True) -> bool:
         """FAISS for the last commit: its file, else built and written; whether it was built.
@@ -188,6 +225,7 @@ def open_store(
     embedding: Embeddings | None = None,
     search: bool = True,
     writer: bool = False,
+    contexts: bool = False,
 ) -> Store:
     """Open an existing index; refuse an embedding other than the one it was built with.
 
@@ -209,7 +247,7 @@ def open_store(
             f"(nothing is embedded again): s2b verify --repair --store {directory}"
         )
         raise UserError(msg)
-    store = Store(directory, db, spec, embedding=embedding, search=search)
+    store = Store(directory, db, spec, embedding=embedding, search=search, contexts=contexts)
     if writer:
         with contextlib.suppress(sqlite3.DatabaseError):  # a damaged file: verify --repair
             db.add_vector_digests()
@@ -227,18 +265,38 @@ def salvageable(directory: Path) -> Database | None:
         return None
 
 
-def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) -> Store:
+def open_or_create(
+    directory: Path,
+    wanted: str | None,
+    *,
+    search: bool = True,
+    headers: bool | None = None,
+    context_model: str | None = None,
+) -> Store:
     """Open the index in ``directory``, creating it (call under the writer lock).
 
     The embedding model is made once (a new store: before anything is
     written, so that a model that can not start leaves no store behind).
+    ``headers``/``context_model`` (``None``: the store's, or the default; a
+    context model ``""``: none): a setting other than the store's is recorded,
+    with the mark that every file is to be indexed again (:func:`~.folder.reindex_pending`).
     """
+    if context_model:
+        models.make_chat_model(context_model)  # fail before anything is written
     if (directory / DB_FILE).exists():
         db = connect(directory)
         started = db.has_tables()
         db.close()
         if started:
-            return open_store(directory, wanted, search=search, writer=True)
+            store = open_store(directory, wanted, search=search, writer=True)
+            try:
+                _change_embedded(store, headers, context_model)
+            finally:
+                store.close()
+            model = store.cache.model  # made once
+            return open_store(
+                directory, wanted, embedding=model, search=search, writer=True, contexts=True
+            )
         # else: a first run died before its first commit; start again (we hold the lock)
     else:
         check_directory(directory, creating=True)
@@ -246,6 +304,24 @@ def open_or_create(directory: Path, wanted: str | None, *, search: bool = True) 
     model = models.make_embedding(spec)  # fail before anything is written
     directory.mkdir(parents=True, exist_ok=True)
     db = connect(directory)
-    initialise(db, spec)
+    chosen = Embedded(
+        DEFAULT_CONTEXTUAL_HEADERS if headers is None else headers,
+        models.parse_chat_spec(context_model) if context_model else None,
+    )
+    initialise(db, spec, chosen)
     db.close()
-    return open_store(directory, wanted, embedding=model, search=search, writer=True)
+    return open_store(directory, wanted, embedding=model, search=search, writer=True, contexts=True)
+
+
+def _change_embedded(store: Store, headers: bool | None, context_model: str | None) -> bool:
+    """Record a headers or context setting other than the store's; whether it changed."""
+    was = store.embedded
+    model = was.context_model
+    if context_model is not None:
+        model = models.parse_chat_spec(context_model) if context_model else None
+    wanted = Embedded(was.headers if headers is None else headers, model)
+    if wanted == was:
+        return False
+    with store.db.write():
+        record_embedded(store.db, wanted, pending=True)
+    return True

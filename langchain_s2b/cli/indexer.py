@@ -11,12 +11,21 @@ A run (under the writer lock):
 3. gives each document to the files that hold it: a document found in several
    files (the same JSONL row) is stored once and stays while one of them holds
    it; one id with different text or metadata in two files skips the later file;
-4. splits the changed files (cheap) to learn every chunk to embed, drops the
+4. with a context model, has it write each new paragraph's context (cached in
+   the database by digest as they come, so Ctrl-C keeps them); a file whose
+   contexts fail is skipped and reported, like a file that can not be read;
+5. splits the changed files (cheap) to learn every chunk to embed (its text,
+   with its header and context when the store writes them), drops the
    chunks whose vectors are stored already (content hash), and embeds the rest
    shortest first in batches across files, each batch committed at once, so
    Ctrl-C keeps what was embedded and the next run embeds only the rest;
-5. writes groups of files, each in one transaction: their sources (nodes,
+6. writes groups of files, each in one transaction: their sources (nodes,
    manifests, child vectors) and the indexed-file records.
+
+A run after the headers or context setting changed (:func:`~.folder.reindex_pending`)
+reads every indexed file again, whatever its size and time say, and keeps the
+vectors the old setting leaves unused (turning the setting back embeds
+nothing); the mark goes when a run has re-indexed every file.
 
 Counts: a *document* is a source (a text file, a PDF page, a JSONL row), a
 *chunk* a leaf the index searches (a sentence), a *vector* a distinct chunk
@@ -25,6 +34,7 @@ text with its stored embedding (identical chunks share one).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +43,7 @@ from pathlib import Path
 from langchain_core.documents import Document
 
 from langchain_s2b.cli.errors import UserError
+from langchain_s2b.cli.folder import finish_reindex
 from langchain_s2b.cli.index_dir import INDEX_MODE, FileRow, Store
 from langchain_s2b.cli.loaders import (
     Found,
@@ -44,11 +55,14 @@ from langchain_s2b.cli.loaders import (
     shown,
 )
 from langchain_s2b.cli.progress import Bar, ticking
-from langchain_s2b.core.ingest import identify, is_empty, nodes_key, source_id_of
+from langchain_s2b.core.headers import HeaderFunction
+from langchain_s2b.core.ingest import Source, identify, is_empty, nodes_key, source_id_of
 from langchain_s2b.core.ingest import leaf_texts as leaf_texts_of
 from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
+from langchain_s2b.core.situate import leaf_contexts, pieces
 from langchain_s2b.core.splitters import default_levels
-from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
+from langchain_s2b.core.tree import DOC_LEVEL, build_tree, user_metadata
+from langchain_s2b.store.situator import ContextFailedError, ContextWriter
 
 GROUP_CHARS = 250_000
 """Text per write transaction (a larger file is a group of its own)."""
@@ -96,18 +110,25 @@ class _Loaded:
     """Source id -> its chunks."""
 
 
-def plan(docs: Sequence[Document]) -> tuple[list[str], dict[str, int]]:
+def plan(
+    docs: Sequence[Document],
+    headers: bool | HeaderFunction = False,
+    contexts: ContextWriter | None = None,
+    context_name: str = "",
+) -> tuple[list[str], dict[str, int]]:
     """The distinct chunk texts the index will embed for ``docs``, and each source's chunks.
 
     Split exactly as the store splits them (:func:`~langchain_s2b.core.ingest.leaf_texts`
-    with the store's levels), making no node document, no vector and no lexical index.
+    with the store's levels, ``headers`` and the ``contexts`` its model wrote, known
+    by ``context_name``), making no node document, no vector and no lexical index.
     """
     texts: dict[str, None] = {}
     chunks: dict[str, int] = {}
     for source in identify(docs, None, [], ""):
         if is_empty(source):
             continue
-        leaves = leaf_texts_of(source, LEVELS)
+        written = None if contexts is None else _contexts(source, contexts, context_name)
+        leaves = leaf_texts_of(source, LEVELS, headers, written)
         chunks[source.source_id] = len(leaves)
         texts.update(dict.fromkeys(leaves))
     return list(texts), {sid: n for sid, n in chunks.items() if n}
@@ -116,6 +137,15 @@ def plan(docs: Sequence[Document]) -> tuple[list[str], dict[str, int]]:
 def leaf_texts(docs: Sequence[Document]) -> list[str]:
     """The distinct chunk texts the index will embed for ``docs`` (see :func:`plan`)."""
     return plan(docs)[0]
+
+
+def _contexts(source: Source, writer: ContextWriter, name: str) -> list[str]:
+    """Each leaf's context (the model's, or the cache's), by split id."""
+    text = source.doc.page_content
+    tree = build_tree(text, source.source_key, LEVELS)
+    found, owner = pieces(source.source_id, text, tree, name)
+    answers = writer.write(found)
+    return leaf_contexts(found, owner, dict(zip((p.key for p in found), answers, strict=True)))
 
 
 def run(
@@ -137,12 +167,17 @@ def run(
     """
     outcome = Outcome()
     stored = store.files()
-    loaded, touched = _read_changed(
-        store, found, stored, outcome, _Report(strict, on_skip, on_note), progress
-    )
+    again = store.reindex_pending()
+    if again:  # a changed setting: every indexed file is read again
+        found = _with_indexed(found, stored)
+    report = _Report(strict, on_skip, on_note)
+    loaded, touched = _read_changed(store, found, stored, outcome, report, progress, again=again)
+    if store.contexts is not None:
+        name = store.embedded.context_model or ""
+        loaded = _situate(store.contexts, name, loaded, outcome, report, progress)
     gone = _gone(found, stored) if prune else set()
     accepted, holders = _claim(store, stored, gone, loaded, outcome, strict, on_skip)
-    _plan(accepted, outcome, progress)
+    _plan(store, accepted, outcome, progress)
     todo = set(store.cache.missing([t for item in accepted for t in item.texts]))
     bar = progress(len(todo), "vector", "embedding")
     writing = _Writing(lambda: progress(outcome.chunks, "chunk", "writing"))
@@ -161,7 +196,10 @@ def run(
         with store.db.write():
             for row in touched:
                 store.put_file(row)
-        store.cache.collect_garbage(store.index.released)
+            if again and not outcome.skipped:
+                finish_reindex(store.db)
+        if not again:  # the other setting's vectors stay: turning it back embeds nothing
+            store.cache.collect_garbage(store.index.released)
     finally:
         store.index.on_add = None
         bar.close()
@@ -242,6 +280,41 @@ def _skip(
     on_skip(path, reason)
 
 
+def _with_indexed(found: Found, stored: dict[str, FileRow]) -> Found:
+    """``found`` and every other indexed file still on disk (to index again)."""
+    listed = {str(p) for p in found.files}
+    extra = [Path(p) for p in stored if p not in listed and _exists(p)]
+    return dataclasses.replace(found, files=[*found.files, *extra])
+
+
+def _situate(
+    writer: ContextWriter,
+    name: str,
+    loaded: list[_Loaded],
+    outcome: Outcome,
+    report: _Report,
+    progress: Progress,
+) -> list[_Loaded]:
+    """Have the context model write the contexts of the files read; skip a file it fails on."""
+    kept = []
+    bar = progress(len(loaded), "file", "writing contexts")
+    try:
+        with ticking(bar):
+            for item in loaded:
+                try:
+                    for source in identify(item.docs, None, [], ""):
+                        if not is_empty(source):
+                            _contexts(source, writer, name)
+                except ContextFailedError as err:
+                    _skip(outcome, str(item.path), str(err), report.strict, report.on_skip)
+                else:
+                    kept.append(item)
+                bar.update(1)
+    finally:
+        bar.close()
+    return kept
+
+
 def _read_changed(
     store: Store,
     found: Found,
@@ -249,8 +322,13 @@ def _read_changed(
     outcome: Outcome,
     report: _Report,
     progress: Progress,
+    *,
+    again: bool = False,
 ) -> tuple[list[_Loaded], list[FileRow]]:
-    """Read new and changed files; rows of files whose bytes did not change (touched)."""
+    """Read new and changed files; rows of files whose bytes did not change (touched).
+
+    ``again``: every file is read and indexed again, changed or not.
+    """
     loaded: list[_Loaded] = []
     touched: list[FileRow] = []
     bar = progress(len(found.files), "file", "reading")
@@ -262,7 +340,8 @@ def _read_changed(
                 check_name(path)
                 stat = path.stat()
                 row = stored.get(key)
-                if row and (row.size, row.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+                same = row and (row.size, row.mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+                if same and not again:
                     outcome.unchanged += 1
                     continue
                 data = read_file(path)
@@ -279,7 +358,7 @@ def _read_changed(
                 _skip(outcome, key, err.strerror or str(err), report.strict, report.on_skip)
                 continue
             sha = file_digest(data)
-            if row and row.sha256 == sha:
+            if row and row.sha256 == sha and not again:
                 outcome.unchanged += 1
                 touched.append(
                     FileRow(key, stat.st_size, stat.st_mtime_ns, sha, row.sources, row.chunks)
@@ -403,7 +482,7 @@ def _stored_document(store: Store, sid: str) -> Document | None:
     return Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
 
 
-def _plan(accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None:
+def _plan(store: Store, accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None:
     """Split the accepted files; count documents, chunks and vectors once each."""
     chunks: dict[str, int] = {}
     texts: set[str] = set()
@@ -411,7 +490,12 @@ def _plan(accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None
     try:
         with ticking(bar):  # one large file is a long step
             for item in accepted:
-                item.texts, item.chunks = plan(item.docs)
+                item.texts, item.chunks = plan(
+                    item.docs,
+                    store.embedded.headers,
+                    store.contexts,
+                    store.embedded.context_model or "",
+                )
                 chunks.update(item.chunks)
                 texts.update(item.texts)
                 chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))

@@ -1,4 +1,8 @@
-"""``--embedding``: the model a ``provider:model`` string names (checked in :mod:`.specs`)."""
+"""``--embedding`` and ``--context-model``: the models ``provider:model`` strings name.
+
+The strings are checked in :mod:`.specs`; a chat model is made by LangChain's
+``init_chat_model`` (the ``langchain`` package, and the provider's own).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,30 @@ import importlib
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
 
 from langchain_s2b.cli.errors import UserError
-from langchain_s2b.cli.specs import ALIASES, DEFAULT, FAKE, PROVIDERS, parse_spec
+from langchain_s2b.cli.specs import (
+    ALIASES,
+    DEFAULT,
+    FAKE,
+    PROVIDERS,
+    parse_chat_spec,
+    parse_spec,
+)
 from langchain_s2b.embeddings import HashingEmbeddings, LocalE5Embeddings
 
-__all__ = ["ALIASES", "DEFAULT", "FAKE", "LOCAL", "PROVIDERS", "make_embedding", "parse_spec"]
+__all__ = [
+    "ALIASES",
+    "DEFAULT",
+    "FAKE",
+    "LOCAL",
+    "PROVIDERS",
+    "make_chat_model",
+    "make_embedding",
+    "parse_chat_spec",
+    "parse_spec",
+]
 
 LOCAL = {"e5": LocalE5Embeddings}
 """The offline models by name (the names are ``specs.LOCAL_MODELS``)."""
@@ -39,3 +61,27 @@ def make_embedding(spec: str) -> Embeddings:
         msg = f"--embedding {spec}: {class_name} could not start: {first}"
         raise UserError(msg) from None
     return embedding
+
+
+def make_chat_model(spec: str) -> BaseChatModel:
+    """The chat model ``--context-model provider:model`` names (its package must be installed)."""
+    spec = parse_chat_spec(spec)
+    try:
+        chat_models: Any = importlib.import_module("langchain.chat_models")
+    except ImportError:
+        msg = (
+            f"--context-model {spec} needs langchain's init_chat_model: pip install "
+            f"langchain langchain-{spec.partition(':')[0].replace('_', '-')}"
+        )
+        raise UserError(msg) from None
+    try:
+        model: BaseChatModel = chat_models.init_chat_model(spec)
+    except ImportError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        msg = f"--context-model {spec} needs the provider's package: {first}"
+        raise UserError(msg) from None
+    except Exception as err:  # any provider error (an unknown provider, a missing key)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        msg = f"--context-model {spec} could not start: {first}"
+        raise UserError(msg) from None
+    return model

@@ -90,6 +90,11 @@ class Context(BaseModel):
     rank: int = Field(description="1 for the best context")
     source: str = Field(description="the source id: what read takes")
     title: str | None = None
+    heading: str | None = Field(
+        default=None,
+        description="the title and section path of its best match (title > section > ...), "
+        "when the store was indexed with --headers",
+    )
     page: int | None = Field(default=None, description="the PDF page, for PDF files")
     start: int = Field(description="first character of the context in its source")
     end: int = Field(description="end of the context in its source (exclusive)")
@@ -109,6 +114,7 @@ class Context(BaseModel):
             rank=rank,
             source=str(meta.get("source_id", "")),
             title=None if meta.get("title") is None else str(meta["title"]),
+            heading=None if meta.get("heading") is None else str(meta["heading"]),
             page=page if isinstance(page, int) else None,
             start=int(meta.get("start", 0)),
             end=int(meta.get("end", len(doc.page_content))),
@@ -257,7 +263,8 @@ def read_text(result: ReadResult) -> str:
 
 SEARCH_HOW = (
     "Returns the contexts that answer the query, best first. Each is headed by its rank, "
-    "score, title, source id, page and character span [start-end) in its source, and "
+    "score, title, source id, page and character span [start-end) in its source (and, "
+    "after §, the section path of its best match), and "
     "the sentences that matched are in **bold**. Cite a context by its source and span; "
     "call read with the source and a span to see the text around it. "
     "mode: pack (default: the best sentences and their neighbours, 1,024 tokens unless "

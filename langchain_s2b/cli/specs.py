@@ -51,3 +51,21 @@ def parse_spec(text: str) -> str:
         )
         raise UserError(msg)
     return f"{provider}:{model}"
+
+
+def parse_chat_spec(text: str) -> str:
+    """A ``--context-model`` string: ``provider:model`` as ``init_chat_model`` reads it.
+
+    The providers are ``init_chat_model``'s own (it says which package each
+    needs); here only the shape is checked, so that a typo is one line before
+    anything is read.
+    """
+    provider, sep, model = text.strip().partition(":")
+    provider, model = provider.strip().lower(), model.strip()
+    if not sep or not model or not provider.replace("_", "").replace("-", "").isalnum():
+        msg = (
+            f"--context-model {text!r} is not 'provider:model', e.g. "
+            "anthropic:claude-3-5-haiku-latest or openai:gpt-4o-mini (init_chat_model names)"
+        )
+        raise UserError(msg)
+    return f"{provider}:{model}"

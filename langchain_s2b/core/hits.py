@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
 
+from langchain_s2b.core.headers import HEADING
 from langchain_s2b.core.keys import base_source_key, node_key
 from langchain_s2b.core.tree import user_metadata
 
@@ -35,6 +36,8 @@ class Hit(NamedTuple):
     ancestors: tuple[tuple[str, int, int, int], ...] = ()
     # ``(key, start, end, n_children)`` of each enclosing node, nearest first.
     n_splits: int | None = None
+    heading: str = ""
+    """The leaf's contextual header (``""``: none)."""
 
     def match(self) -> dict[str, Any]:
         """The citation record of this hit (the entries of a result's ``matches``)."""
@@ -74,7 +77,8 @@ def hit_from_metadata(
         )
         splits, parent = meta.get("source_splits"), meta.get("parent_id")
         splits = None if splits is None else int(splits)
-        if not all(isinstance(v, str) for v in (source_key, level, source_id)) or not (
+        heading = meta.get(HEADING, "")
+        if not all(isinstance(v, str) for v in (source_key, level, source_id, heading)) or not (
             parent is None or isinstance(parent, str)
         ):
             raise TypeError
@@ -99,6 +103,7 @@ def hit_from_metadata(
         parent,
         ancestors,
         splits,
+        heading,
     )
 
 
@@ -144,7 +149,11 @@ def rank(groups: Sequence[Group]) -> list[Group]:
 
 
 def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[str, Any]:
-    """The metadata every returned document carries (the node's own user metadata too)."""
+    """The metadata every returned document carries (the node's own user metadata too).
+
+    ``heading``: the contextual header of the result's best match (of equal
+    scores, the first in the text), when the retriever writes headers.
+    """
     meta = user_metadata(base)
     meta["score"] = group.score
     meta["mode"] = mode
@@ -153,6 +162,9 @@ def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[st
     meta["end"] = group.end
     meta["level"] = group.level
     meta["matches"] = [hit.match() for hit in sorted(group.hits, key=_start)]
+    best = min(group.hits, key=_best_first)
+    if best.heading:
+        meta[HEADING] = best.heading
     if group.escalation:
         meta["escalation"] = group.escalation
     return meta
@@ -160,6 +172,11 @@ def result_metadata(group: Group, mode: str, base: Mapping[str, Any]) -> dict[st
 
 def _start(hit: Hit) -> int:
     return hit.start
+
+
+def _best_first(hit: Hit) -> tuple[float, int]:
+    """The best match first; of equal scores, the first in the text."""
+    return -hit.score, hit.start
 
 
 class MissingNodeError(LookupError):

@@ -9,6 +9,12 @@ Each written version of a source is a generation (see
 and the manifest, the commit record, names the generation. A source's digest
 covers its text, its metadata, the split configuration and the spans the
 splitters actually produced, so any change of splitting is a change.
+
+A leaf's document also carries its contextual header (``heading``) and its
+model-written context (``leaf_context``) when the retriever writes them
+(:class:`LeafNotes`; :mod:`~langchain_s2b.core.headers`): what is embedded
+is :func:`~langchain_s2b.core.headers.embedded_text` of a leaf, never its
+``page_content`` changed.
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from typing import overload
 
 from langchain_core.documents import Document
 
+from langchain_s2b.core.headers import (
+    HEADING,
+    LEAF_CONTEXT,
+    HeaderFunction,
+    SectionHeaders,
+    embedded_text,
+)
 from langchain_s2b.core.junk import is_junk
 from langchain_s2b.core.keys import (
     composite_source_id,
@@ -229,6 +242,28 @@ def leaf_keys(manifest: Document) -> list[str]:
     return [f"{prefix}{i}" for i in range(count) if i not in skipped]
 
 
+@dataclass
+class LeafNotes:
+    """What a source's leaves carry beside their span: headers and model-written contexts."""
+
+    headings: Sequence[str] | None = None
+    """Each leaf's contextual header, by split id (``None``: headers are off)."""
+    contexts: Sequence[str] | None = None
+    """Each leaf's model-written context, by split id (``None``: no context model)."""
+
+    def __bool__(self) -> bool:
+        return self.headings is not None or self.contexts is not None
+
+    def of(self, split_id: int) -> dict[str, str]:
+        """The metadata fields of one leaf (none that would be empty)."""
+        out: dict[str, str] = {}
+        if self.headings is not None and self.headings[split_id]:
+            out[HEADING] = self.headings[split_id]
+        if self.contexts is not None and self.contexts[split_id]:
+            out[LEAF_CONTEXT] = self.contexts[split_id]
+        return out
+
+
 class NodeDocuments(Sequence[Document]):
     """Node documents of one source, made when read: a source's nodes are never all objects.
 
@@ -242,13 +277,19 @@ class NodeDocuments(Sequence[Document]):
         tree: its span tree, keyed under the written generation.
         runs: ``(level, positions in that level)`` in order: the nodes, level by level
             (``range`` for a whole level: nothing is stored per node).
+        notes: the leaves' headers and contexts (shared by a source's node documents).
     """
 
     def __init__(
-        self, source: Source, tree: Tree, runs: Sequence[tuple[int, Sequence[int]]]
+        self,
+        source: Source,
+        tree: Tree,
+        runs: Sequence[tuple[int, Sequence[int]]],
+        notes: LeafNotes | None = None,
     ) -> None:
         self.source = source
         self.tree = tree
+        self.notes = notes if notes is not None else LeafNotes()
         self._levels = tree.levels
         self._runs = runs
         self._starts = list(itertools.accumulate((len(p) for _, p in runs), initial=0))
@@ -302,6 +343,16 @@ class NodeDocuments(Sequence[Document]):
         text = self.source.doc.page_content
         return [text[node.start : node.end] for node, _ in self._entries()]
 
+    def embedded_texts(self) -> list[str]:
+        """What is embedded for each node: its header and context with its text (leaves)."""
+        text, notes = self.source.doc.page_content, self.notes
+        return [
+            embedded_text(
+                text[node.start : node.end], notes.of(node.split_id) if level == 0 else {}
+            )
+            for node, level in self._entries()
+        ]
+
     def _document(self, level: int, position: int) -> Document:
         return self._node_document(self.tree.nodes[self._levels[level]][position], level)
 
@@ -323,6 +374,8 @@ class NodeDocuments(Sequence[Document]):
                 self._shared = (id(node.ancestors), [list(a) for a in node.ancestors])
             meta["ancestors"] = self._shared[1]
             meta["source_splits"] = self._n_leaves
+            if self.notes:
+                meta.update(self.notes.of(node.split_id))
         text = self.source.doc.page_content[start : node.end]
         return Document(page_content=text, metadata=meta, id=node.key)
 
@@ -371,16 +424,31 @@ class Prepared:
     nodes: NodePairs
     """Every node as ``(key, document)``, coarsest level first."""
     manifest: Document
+    notes: LeafNotes = field(default_factory=LeafNotes)
+    """The leaves' headers and contexts (the contexts are set once written: ``lifecycle``)."""
+
+    @property
+    def tree(self) -> Tree:
+        """The source's span tree."""
+        return self.leaves.tree
 
 
-def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Prepared:
+def prepare(
+    source: Source,
+    levels: Sequence[Level],
+    generation: int = 0,
+    headers: bool | HeaderFunction = False,
+) -> Prepared:
     """Split one source into its leaves (to embed) and its nodes (to store).
 
     The nodes are keyed under generation ``generation`` of the source. Their
-    documents are made when read (:class:`NodeDocuments`).
+    documents are made when read (:class:`NodeDocuments`). ``headers``: each
+    leaf's contextual header (``True``: title and section path; a callable:
+    its own), in its ``heading`` metadata.
     """
     text = source.doc.page_content
     tree = build_tree(text, generation_key(source.source_key, generation), levels)
+    notes = LeafNotes(leaf_headings(source, tree, headers))
     junk = [node.split_id for node in tree.leaves if is_junk(text[node.start : node.end])]
     leaves: Sequence[int] = range(len(tree.leaves))
     if junk:  # split ids are positions: the leaves in between
@@ -392,18 +460,54 @@ def prepare(source: Source, levels: Sequence[Level], generation: int = 0) -> Pre
     manifest = manifest_document(source, tree, generation, junk)
     return Prepared(
         source,
-        NodeDocuments(source, tree, [(0, leaves)]),
-        NodePairs(NodeDocuments(source, tree, every[::-1])),
+        NodeDocuments(source, tree, [(0, leaves)], notes),
+        NodePairs(NodeDocuments(source, tree, every[::-1], notes)),
         manifest,
+        notes,
     )
 
 
-def leaf_texts(source: Source, levels: Sequence[Level]) -> list[str]:
-    """The texts of the leaves :func:`prepare` embeds for ``source``, in order (no document)."""
+def leaf_headings(source: Source, tree: Tree, headers: bool | HeaderFunction) -> list[str] | None:
+    """Each leaf's contextual header, by split id (``None``: headers are off).
+
+    ``True``: the document's title and the section path where the leaf starts
+    (:class:`~langchain_s2b.core.headers.SectionHeaders`). A callable is given
+    the source document and the leaf's document and must return a string.
+    """
+    if headers is False:
+        return None
+    if headers is True:
+        sections = SectionHeaders(source.doc.page_content, source.doc.metadata)
+        return [sections.at(node.start, node.end) for node in tree.leaves]
+    documents = NodeDocuments(source, tree, [(0, range(len(tree.leaves)))])
+    out = []
+    for leaf in documents:
+        found = headers(source.doc, leaf)
+        if not isinstance(found, str):
+            msg = (
+                f"contextual_headers returned {type(found).__name__} for leaf {leaf.id!r}; "
+                "it must return a str (the header, '' for none)."
+            )
+            raise TypeError(msg)
+        out.append(found)
+    return out
+
+
+def leaf_texts(
+    source: Source,
+    levels: Sequence[Level],
+    headers: bool | HeaderFunction = False,
+    contexts: Sequence[str] | None = None,
+) -> list[str]:
+    """What :func:`prepare` embeds for ``source``'s leaves, in order (no document is made).
+
+    ``contexts``: each leaf's model-written context, by split id, when there are any.
+    """
     text = source.doc.page_content
     tree = build_tree(text, source.source_key, levels)
-    pieces = (text[node.start : node.end] for node in tree.leaves)
-    return [piece for piece in pieces if not is_junk(piece)]
+    notes = LeafNotes(leaf_headings(source, tree, headers), contexts)
+    pieces = ((node.split_id, text[node.start : node.end]) for node in tree.leaves)
+    return [embedded_text(piece, notes.of(i)) for i, piece in pieces if not is_junk(piece)]
 
 
 def is_empty(source: Source) -> bool:

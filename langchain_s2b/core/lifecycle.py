@@ -3,8 +3,10 @@
 Writing is copy-on-write, in two phases. :func:`stage` splits the sources,
 skips unchanged ones (same digest: text, metadata, split configuration and the
 spans the splitters produced) and embeds the new leaves, each distinct text
-once; it changes nothing, so it runs without the write lock and a failed
-embedding loses nothing.
+once (with its header and model-written context, when the retriever writes
+them: :func:`~langchain_s2b.core.headers.embedded_text`; the contexts are
+asked for first, :func:`_situate`); it changes nothing, so it runs without the
+write lock and a failed embedding or context call loses nothing.
 :func:`commit` then writes each changed source as a new *generation* (its nodes
 under a generation key, see :mod:`~langchain_s2b.core.keys`): nodes, then the
 leaf vectors, then the manifests (the commit record), and only then removes
@@ -28,6 +30,7 @@ from typing import Any, TypeVar
 from langchain_core.documents import Document
 
 from langchain_s2b.core.budget import estimate_tokens
+from langchain_s2b.core.headers import HeaderFunction, describe_headers
 from langchain_s2b.core.ingest import (
     IndexingResult,
     Prepared,
@@ -47,8 +50,10 @@ from langchain_s2b.core.requests import (
     Put,
     Remove,
     RemoveLeaves,
+    WriteContexts,
     ask,
 )
+from langchain_s2b.core.situate import PROMPT_VERSION, Piece, leaf_contexts, pieces
 from langchain_s2b.core.splitters import describe_splitter
 from langchain_s2b.core.tree import Level
 
@@ -67,6 +72,10 @@ class Config:
     input_limit: int | None = None
     """The embedding model's input window in tokens, when known."""
     count_tokens: Callable[[str], int] = estimate_tokens
+    headers: bool | HeaderFunction = False
+    """Each leaf's contextual header: off, the title and section path, or a callable's."""
+    context_model: str | None = None
+    """The name of the chat model that writes the leaves' contexts (``None``: none)."""
 
     def fingerprint(self) -> str:
         """Identifies the split configuration: every level's name and whole splitter setup.
@@ -79,11 +88,26 @@ class Config:
         spans the splitters produce, so a source is re-indexed whenever its
         split changes.
         """
-        described = [
+        described: Any = [
             {"level": level.name, "splitter": _splitter_description(level)} for level in self.levels
         ]
+        embedded = self.embedded_setting()
+        if embedded:  # off and without a model: the fingerprint of a store made before them
+            described = {"levels": described, "embedded": embedded}
         text = json.dumps(described, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def embedded_setting(self) -> dict[str, Any]:
+        """What is embedded beside a leaf's text, described (``{}``: nothing)."""
+        out: dict[str, Any] = {}
+        if self.headers is not False:
+            out["headers"] = describe_headers(self.headers)
+            if not isinstance(self.headers, bool):
+                out["function"] = describe_object(self.headers, depth=3)
+        if self.context_model is not None:
+            out["context_model"] = self.context_model
+            out["prompt"] = PROMPT_VERSION
+        return out
 
 
 def _splitter_description(level: Level) -> Any:
@@ -189,18 +213,44 @@ def stage(
     writes: list[Write] = []
     for source, manifest in zip(current, manifests, strict=True):
         generation = _next_generation(manifest)
-        prepared = prepare(source, config.levels, generation)
+        prepared = prepare(source, config.levels, generation, config.headers)
         if source.source_id not in force and _same(manifest, prepared):
             result.unchanged.append(source.source_id)
             continue
-        _warn_if_too_long(config, prepared.leaves)
         writes.append(Write(prepared, generation))
-    texts = [text for w in writes for text in w.prepared.leaves.texts()]
+    if config.context_model is not None:
+        yield from _situate(config.context_model, writes)
+    texts = []
+    for write in writes:
+        embedded = write.prepared.leaves.embedded_texts()
+        _warn_if_too_long(config, embedded, write.prepared.leaves)
+        texts += embedded
     if texts:
         vectors = yield from _embed_once(texts)
         if vectors is not None:
             _assign(writes, vectors)
     return Staged(writes, result, frozenset(force))
+
+
+def _situate(model: str, writes: list[Write]) -> Op[None]:
+    """Each written leaf's model-written context: one request for every piece (each key once)."""
+    per_write: list[tuple[list[Piece], list[int]]] = []
+    wanted: dict[str, Piece] = {}
+    for write in writes:
+        source = write.prepared.source
+        found = pieces(source.source_id, source.doc.page_content, write.prepared.tree, model)
+        per_write.append(found)
+        for piece in found[0]:
+            wanted.setdefault(piece.key, piece)
+    if not wanted:
+        return
+    answers = yield from ask(WriteContexts(list(wanted.values())))
+    if len(answers) != len(wanted):
+        msg = f"The context model gave {len(answers)} contexts for {len(wanted)} pieces."
+        raise ValueError(msg)
+    by_key = dict(zip(wanted, answers, strict=True))
+    for write, (found_pieces, owner) in zip(writes, per_write, strict=True):
+        write.prepared.notes.contexts = leaf_contexts(found_pieces, owner, by_key)
 
 
 def _embed_once(texts: list[str]) -> Op[Vectors | None]:
@@ -233,11 +283,10 @@ def commit(config: Config, staged: Staged) -> Op[IndexingResult]:
             result.unchanged.append(sid)
             continue
         if write.generation != _next_generation(manifest):  # changed since stage
-            write = Write(
-                prepare(write.prepared.source, config.levels, _next_generation(manifest)),
-                _next_generation(manifest),
-                write.vectors,
-            )
+            generation = _next_generation(manifest)
+            again = prepare(write.prepared.source, config.levels, generation, config.headers)
+            again.notes.contexts = write.prepared.notes.contexts
+            write = Write(again, generation, write.vectors)
         (result.updated if manifest is not None else result.added).append(sid)
         todo.append((write, manifest))
     if not todo:
@@ -444,15 +493,16 @@ def _cleanup_nodes(manifests: list[Document]) -> Op[None]:
     )
 
 
-def _warn_if_too_long(config: Config, leaves: Sequence[Document]) -> None:
+def _warn_if_too_long(config: Config, texts: Sequence[str], leaves: Sequence[Document]) -> None:
+    """Warn when what is embedded (with any header and context) exceeds the model's window."""
     if config.input_limit is None:
         return
-    long = [d for d in leaves if config.count_tokens(d.page_content) > config.input_limit]
+    long = [i for i, text in enumerate(texts) if config.count_tokens(text) > config.input_limit]
     if long:
         warnings.warn(
-            f"{len(long)} of {len(leaves)} children exceed the embedding model's input "
+            f"{len(long)} of {len(texts)} children exceed the embedding model's input "
             f"window of {config.input_limit} tokens and will be embedded from their "
-            f"beginning only (first: {long[0].id!r}); use a smaller child splitter.",
+            f"beginning only (first: {leaves[long[0]].id!r}); use a smaller child splitter.",
             UserWarning,
             stacklevel=4,
         )

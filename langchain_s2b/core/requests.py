@@ -15,6 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Hit
+from langchain_s2b.core.situate import Piece
 
 T = TypeVar("T")
 A = TypeVar("A", covariant=True)
@@ -142,6 +143,17 @@ class EmbedLeaves(Request[list[list[float]] | None]):
     """
 
     texts: list[str]
+
+
+@dataclass(frozen=True)
+class WriteContexts(Request[list[str]]):
+    """A model-written context for each piece, from the cache or the context model.
+
+    Carried out without the write lock, like :class:`EmbedLeaves`. Any failed
+    call fails the request (the contexts written so far are cached).
+    """
+
+    pieces: list[Piece]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import numpy as np
 from langchain_text_splitters import TextSplitter
 
 from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens
+from langchain_s2b.core.headers import HEADING, LEAF_CONTEXT
 from langchain_s2b.core.keys import check_level_name, node_key
 
 DOC_LEVEL = "doc"
@@ -35,6 +36,8 @@ NODE_FIELDS = frozenset(
         "children",
         "ancestors",
         "source_splits",
+        HEADING,
+        LEAF_CONTEXT,
     }
 )
 """The metadata fields ingestion writes on a node; the rest is its source's own."""

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from langchain_core.documents import Document
 
 from langchain_s2b.core import lifecycle
+from langchain_s2b.core.headers import LEAF_CONTEXT
 from langchain_s2b.core.ingest import (
     generation_of,
     identify,
@@ -235,13 +236,23 @@ def _check_digest(
     except (TypeError, ValueError):
         report.bad_digests.append(sid)
         return
-    prepared = prepare(source, config.levels, generation_of(manifest))
+    prepared = prepare(source, config.levels, generation_of(manifest), config.headers)
     if prepared.manifest.metadata != manifest.metadata:
         report.bad_digests.append(sid)
         return
-    differ = [k for k, node in prepared.nodes if fetched.get(k) not in (None, node)]
+    differ = [k for k, node in prepared.nodes if _differs(fetched.get(k), node)]
     if differ:
         report.bad_nodes[sid] = differ
+
+
+def _differs(stored: Document | None, node: Document) -> bool:
+    """A stored node unlike its split (its model-written context is the model's: not compared)."""
+    if stored is None or stored == node:
+        return False
+    if LEAF_CONTEXT not in stored.metadata:
+        return True
+    meta = {k: v for k, v in stored.metadata.items() if k != LEAF_CONTEXT}
+    return Document(page_content=stored.page_content, metadata=meta, id=stored.id) != node
 
 
 def _readable(key: str, manifest: Document) -> bool:

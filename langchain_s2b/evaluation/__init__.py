@@ -5,6 +5,7 @@ for the dataset format, :mod:`~langchain_s2b.evaluation.scoring` for the
 metrics and :mod:`~langchain_s2b.evaluation.runs` for the budget rules.
 """
 
+from langchain_s2b.evaluation.baselines import header_rows
 from langchain_s2b.evaluation.data import Question, load_documents, load_questions
 from langchain_s2b.evaluation.runs import (
     BUDGETS,
@@ -46,6 +47,7 @@ __all__ = [
     "cut",
     "evaluate",
     "fill_budget",
+    "header_rows",
     "invoke_with_k",
     "load_documents",
     "load_questions",

@@ -1,19 +1,22 @@
-"""Baselines for comparisons: plain chunk retrieval, and an embedding memo.
+"""Baselines for comparisons: plain chunk retrieval, headers on and off, an embedding memo.
 
 Plain chunk retrieval with the same embedding is always a row of an
-evaluation; :class:`MemoEmbeddings` lets
-the rows share the vectors of the texts they have in common.
+evaluation; :func:`header_rows` gives a configuration with contextual headers
+off and on (two indexes: what is embedded differs); :class:`MemoEmbeddings`
+lets the rows share the vectors of the texts they have in common.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 
 from langchain_s2b.core.tree import Splitter, split_spans
+from langchain_s2b.retriever import SmallToBigRetriever
 from langchain_s2b.store.faiss_index import FaissIndex
 
 
@@ -42,6 +45,23 @@ def chunk_retriever(
     index = FaissIndex(embedding)
     index.add_documents(chunks, ids=[str(c.id) for c in chunks])
     return index.as_retriever(search_kwargs={"k": k})
+
+
+def header_rows(
+    documents: Sequence[Document], embedding: Embeddings, name: str, **fields: Any
+) -> dict[str, BaseRetriever]:
+    """One configuration with contextual headers off and on: rows ``name`` and ``name, headers``.
+
+    Each row is its own FAISS index (what is embedded differs); ``fields`` are
+    the retriever's options (``mode=``, ``window_size=`` ...). Wrap ``embedding``
+    in :class:`MemoEmbeddings` so that the rows share the queries' vectors.
+    """
+    rows: dict[str, BaseRetriever] = {}
+    for headers, label in ((False, name), (True, f"{name}, headers")):
+        rows[label] = SmallToBigRetriever.from_documents(
+            documents, embedding, **{**fields, "contextual_headers": headers}
+        )
+    return rows
 
 
 class MemoEmbeddings(Embeddings):

@@ -27,6 +27,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.keys import parse_node_key
 from langchain_s2b.core.requests import Found, Vector
@@ -279,6 +280,7 @@ class ChildIndex:
             return
         ids = [str(d.id) for d in leaves]
         if vectors is None:
+            self._check_embeds_notes(leaves)
             self.vectorstore.add_documents(leaves, ids=ids)
         elif self.faiss is not None:
             texts = [d.page_content for d in leaves]
@@ -295,6 +297,7 @@ class ChildIndex:
             return
         ids = [str(d.id) for d in leaves]
         if vectors is None:
+            self._check_embeds_notes(leaves)
             await self.vectorstore.aadd_documents(leaves, ids=ids)
             return
         call = (
@@ -305,6 +308,24 @@ class ChildIndex:
             await store.aadd_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
         else:
             await run_in_executor(None, self.add, leaves, vectors)
+
+    def _check_embeds_notes(self, leaves: list[Document]) -> None:
+        """Refuse leaves with a header or context for a store that embeds ``page_content`` itself.
+
+        Such a store (no ``add_embeddings``, no embedding model of its own to ask)
+        would embed the leaf's text alone; the command line's store embeds what
+        :func:`~langchain_s2b.core.headers.embedded_text` gives (``embeds_on_add``).
+        """
+        if getattr(self.vectorstore, "embeds_on_add", False):
+            return
+        if any(embedded_text(d.page_content, d.metadata) != d.page_content for d in leaves):
+            msg = (
+                f"{type(self.vectorstore).__name__} embeds each leaf's page_content itself, so "
+                "it can not embed a contextual header or context beside it; use FaissIndex or "
+                "a store with add_embeddings, or pass contextual_headers=False and no "
+                "context_model."
+            )
+            raise ValueError(msg)
 
     def delete(self, keys: list[str]) -> None:
         """Delete leaves; keys the store does not hold are ignored."""

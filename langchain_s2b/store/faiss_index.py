@@ -53,6 +53,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import Filter, check_filter, matches_filter
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.tree import NODE_FIELDS
 from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.records import FILES as RECORD_FILES
@@ -303,15 +304,21 @@ class FaissIndex(VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
-        """Embed and add texts under ``ids`` (required: children have keys)."""
+        """Embed and add texts under ``ids`` (required: children have keys).
+
+        What is embedded is a leaf's text with its header and context
+        (:func:`~langchain_s2b.core.headers.embedded_text`); what is kept is its text.
+        """
         texts = list(texts)
         if ids is None or len(ids) != len(texts):
             msg = "FaissIndex.add_texts needs one id per text (the child node keys)."
             raise ValueError(msg)
         if not texts:
             return []
-        vectors = np.asarray(self.embedding.embed_documents(texts), dtype=np.float32)
-        return self.add_vectors(vectors, texts, metadatas or [{} for _ in texts], ids)
+        metas = metadatas or [{} for _ in texts]
+        embedded = [embedded_text(t, m) for t, m in zip(texts, metas, strict=False)]
+        vectors = np.asarray(self.embedding.embed_documents(embedded), dtype=np.float32)
+        return self.add_vectors(vectors, texts, metas, ids)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Remove vectors by key (``None``: all of them); unknown keys are ignored.

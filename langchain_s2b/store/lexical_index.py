@@ -30,6 +30,10 @@ saved files into a new scratch directory and opens them there, as they are:
 nothing is indexed again, and the snapshot is never written to. The lexical
 index of any other child store is built in memory from the docstore and keeps
 each leaf's text and metadata (for its filters and for undoing a delete).
+
+What is indexed for a leaf is its text with its contextual header and
+model-written context, when its metadata has them
+(:func:`~langchain_s2b.core.headers.embedded_text`); what is kept is its text.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.columns import first_line
 
@@ -619,18 +624,19 @@ def _add(index: Any, entries: Iterable[Entry], *, replace: bool, documents: bool
         if replace:
             writer.delete_documents_by_term(_KEY, key)
         body = _well_formed(text)
+        terms = fold(embedded_text(body, meta))  # the leaf's header and context are searched too
         if documents:
             doc = make(
                 **{
                     _KEY: key,
                     _SOURCE: source_of(key),
-                    _TEXT: fold(body),
+                    _TEXT: terms,
                     _BODY: body.encode("utf-8"),
                     _META: json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8"),
                 }
             )
         else:
-            doc = make(**{_KEY: key, _SOURCE: source_of(key), _TEXT: fold(body)})
+            doc = make(**{_KEY: key, _SOURCE: source_of(key), _TEXT: terms})
         writer.add_document(doc)
     _commit(index, writer)
 

@@ -118,6 +118,8 @@ class Saved:
     """The retriever's options that differ from their defaults, as JSON values."""
     lexical: LexicalIndex | None = None
     """The BM25 twin of the child index (hybrid search), saved in ``lexical/``."""
+    embedded: dict[str, Any] | None = None
+    """What is embedded beside each leaf's text (:func:`embedded_setting`)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,56 @@ class Loaded:
     levels: list[Level]
     options: dict[str, Any]
     lexical: LexicalIndex | None = None
+    embedded: dict[str, Any] | None = None
+    """The save's :func:`embedded_setting` (``None``: a save made before it was recorded)."""
+
+
+def embedded_setting(headers: str, context_model: str | None) -> dict[str, Any]:
+    """What a save records of what is embedded beside each leaf's text.
+
+    ``headers``: ``"off"``, ``"sections"`` or ``"custom"``
+    (:func:`~langchain_s2b.core.headers.describe_headers`); ``context_model``:
+    the name of the chat model that wrote the contexts, if any.
+    """
+    return {"contextual_headers": headers, "context_model": context_model}
+
+
+NOTHING_EMBEDDED = embedded_setting("off", None)
+"""The setting of a save that records none (made before headers existed)."""
+
+
+def check_embedded(
+    path: str | Path, saved: Mapping[str, Any] | None, headers: str, context_model: str | None
+) -> None:
+    """Refuse to open a save with another header or context setting than it was built with.
+
+    A retriever whose leaves were embedded one way and whose next leaves would
+    be embedded another would rank them on two scales; one line says what to pass.
+    """
+    saved = dict(saved or NOTHING_EMBEDDED)
+    was, model = saved["contextual_headers"], saved["context_model"]
+    if was != headers:
+        names = {"off": "False", "sections": "True", "custom": "<its callable>"}
+        msg = (
+            f"{path} was built with contextual_headers={names[was]}, not {names[headers]}; "
+            f"pass contextual_headers={names[was]} to load(), or build the index again."
+        )
+        raise ValueError(msg)
+    if (model is None) != (context_model is None):
+        msg = (
+            f"{path} was built without a context model; load it without context_model="
+            if model is None
+            else f"{path} was built with the context model {model!r}; pass it again: "
+            "load(path, embedding, context_model=...)"
+        )
+        raise ValueError(msg)
+    if model is not None and model != context_model:
+        warnings.warn(
+            f"{path} was built with the context model {model!r}, and {context_model!r} was "
+            "passed to load(): sources added from now on get its contexts.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 # Saving ------------------------------------------------------------------------------
@@ -233,6 +285,7 @@ def _write_snapshot(saved: Saved, temp: Path, include_docstore: bool | None) -> 
         "retriever": saved.options,
         "levels": [{"name": lv.name, "splitter": describe_splitter(lv)} for lv in levels],
         "fingerprint": Config(levels).fingerprint(),
+        "embedded": saved.embedded or NOTHING_EMBEDDED,
         "files": files,
     }
 
@@ -285,7 +338,8 @@ def _load(
     lexical = None
     if any(name.startswith(f"{LEXICAL_DIR}/") for name in meta["files"]):
         lexical = LexicalIndex.load(snap / LEXICAL_DIR, documents=False)
-    return Loaded(vectorstore, store, levels, dict(meta["retriever"]), lexical)
+    embedded = meta.get("embedded")
+    return Loaded(vectorstore, store, levels, dict(meta["retriever"]), lexical, embedded)
 
 
 def current_snapshot(root: Path) -> Path:
@@ -485,6 +539,16 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
         )
     ):
         problems.append("levels must be a non-empty list of {name, splitter}")
+    embedded = meta.get("embedded", NOTHING_EMBEDDED)
+    if (
+        not isinstance(embedded, dict)
+        or embedded.get("contextual_headers") not in ("off", "sections", "custom")
+        or not isinstance(embedded.get("context_model"), str | None)
+    ):
+        problems.append(
+            "embedded must be {contextual_headers: off|sections|custom, context_model: a name "
+            "or null}"
+        )
     if problems:
         msg = f"{file} is malformed: {'; '.join(problems)}."
         raise ValueError(msg)

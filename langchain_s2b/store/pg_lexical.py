@@ -6,7 +6,9 @@ terms. The terms are what :func:`~langchain_s2b.store.lexical_index.analyze`
 makes of the text, each written as ``x`` and its UTF-8 bytes in hex, so that
 PostgreSQL's ``simple`` configuration (which would otherwise split and fold
 words its own way) keeps them exactly: text and queries are analysed by the
-same analyser in every store. A query is its terms OR'ed, ranked by
+same analyser in every store (a leaf's terms are those of its text with its header and
+context, :func:`~langchain_s2b.core.headers.embedded_text`; ``body`` keeps its text). A
+query is its terms OR'ed, ranked by
 ``ts_rank`` (PostgreSQL's own ranking, not BM25; fused by z-scores like any
 lexical list). Since the rows live in the database, every process that opens
 the collection finds them: nothing is built from this process's writes only.
@@ -18,6 +20,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.lexical_index import analyze, query_terms, source_of
 
@@ -89,7 +92,7 @@ class PgLexical:
                 "c": self._collection,
                 "k": key,
                 "s": source_of(key),
-                "t": hex_terms(analyze(text)),
+                "t": hex_terms(analyze(embedded_text(text, meta))),
                 "b": text,
                 "m": json.dumps(meta, ensure_ascii=False, default=str),
             }

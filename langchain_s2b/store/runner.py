@@ -40,10 +40,12 @@ from langchain_s2b.core.requests import (
     Search,
     SearchMany,
     SearchText,
+    WriteContexts,
 )
 from langchain_s2b.core.stored import stored_leaves
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.hybrid_index import HybridChildIndex
+from langchain_s2b.store.situator import ContextWriter
 
 T = TypeVar("T")
 
@@ -57,10 +59,23 @@ class Runner:
     one never sees half a write of another.
     """
 
-    def __init__(self, index: ChildIndex, docstore: BaseStore[str, Document]) -> None:
+    def __init__(
+        self,
+        index: ChildIndex,
+        docstore: BaseStore[str, Document],
+        contexts: ContextWriter | None = None,
+    ) -> None:
         self.index = index
         self.docstore = docstore
+        self.contexts = contexts
+        """Writes the leaves' contexts (:class:`WriteContexts`), when there is a context model."""
         self.lock = shared_lock(index.vectorstore)
+
+    def _writer(self) -> ContextWriter:
+        if self.contexts is None:
+            msg = "A context was asked for, but this retriever has no context_model."
+            raise ValueError(msg)
+        return self.contexts
 
     def drive(self, op: Op[T], *, write: bool = False, locked: bool = True) -> T:
         """Run one operation under the lock (readers never see half a write).
@@ -124,6 +139,8 @@ class Runner:
                 return store.mdelete(keys)
             case EmbedLeaves(texts):
                 return index.embed_leaves(texts)
+            case WriteContexts(pieces):
+                return self._writer().write(pieces)
             case AddLeaves(leaves, vectors):
                 return index.add(leaves, vectors)
             case RemoveLeaves(keys):
@@ -170,6 +187,8 @@ class Runner:
                 return await store.amdelete(keys)
             case EmbedLeaves(texts):
                 return await index.aembed_leaves(texts)
+            case WriteContexts(pieces):
+                return await self._writer().awrite(pieces)
             case AddLeaves(leaves, vectors):
                 return await index.aadd(leaves, vectors)
             case RemoveLeaves(keys):

@@ -22,8 +22,11 @@ reads that state (one read transaction, a WAL snapshot, so a reader never sees
 half a write); it is built from the ``children`` and ``vectors`` tables only
 when there is no file for that state.
 
-Vectors are content-addressed (SHA-256 of the embedded text,
-:class:`CachedEmbeddings`): a passage that was embedded once, for a file that
+Vectors are content-addressed (SHA-256 of the embedded text: a leaf's text
+with its contextual header and context, when it has them,
+:func:`~langchain_s2b.core.headers.embedded_text`; :class:`CachedEmbeddings`):
+turning headers on embeds each leaf once more, turning them off again reuses
+the vectors kept; a passage that was embedded once, for a file that
 moved, for a copy, or before Ctrl-C, is never embedded again. Each vector row
 also keeps a digest of its bytes (:func:`vector_digest`), so that
 :func:`find_damage` can tell a vector whose bytes changed on disk.
@@ -53,6 +56,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import BaseStore
 
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import is_node_key, node_key, parse_node_key, source_key_of
 from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS
@@ -60,6 +64,7 @@ from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks,
 
 __all__ = [
     "CachedEmbeddings",
+    "SQLiteContextCache",
     "Damage",
     "Database",
     "SQLiteDocStore",
@@ -425,6 +430,57 @@ class CachedEmbeddings(Embeddings):
         return gone
 
 
+_CONTEXTS = (
+    "CREATE TABLE IF NOT EXISTS contexts (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+)
+
+
+class SQLiteContextCache(BaseStore[str, bytes]):
+    """The context model's answers by cache key, in the database (a cache, like the vectors).
+
+    Each write commits at once when no transaction is open (Ctrl-C keeps what
+    the model wrote; the next run asks only for the rest). The table is made
+    by the first write: a store that never had a context model has none.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def _exists(self) -> bool:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'contexts'"
+        return self.db.conn.execute(sql).fetchone() is not None
+
+    def mget(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The cached values (``None``: not cached)."""
+        found: dict[str, bytes] = {}
+        if keys and self._exists():
+            for part in chunks(list(dict.fromkeys(keys))):
+                sql = f"SELECT key, value FROM contexts WHERE key IN ({_marks(len(part))})"  # noqa: S608
+                found.update((k, bytes(v)) for k, v in self.db.conn.execute(sql, part))
+        return [found.get(key) for key in keys]
+
+    def mset(self, key_value_pairs: Sequence[tuple[str, bytes]]) -> None:
+        """Cache values (committed with the caller's transaction, else at once)."""
+        with self.db.write(changes=False) as conn:
+            conn.execute(_CONTEXTS)
+            conn.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?)", key_value_pairs)
+
+    def mdelete(self, keys: Sequence[str]) -> None:
+        """Forget values."""
+        if not self._exists():
+            return
+        with self.db.write(changes=False) as conn:
+            for part in chunks(list(keys)):
+                conn.execute(f"DELETE FROM contexts WHERE key IN ({_marks(len(part))})", part)  # noqa: S608
+
+    def yield_keys(self, *, prefix: str | None = None) -> Iterator[str]:
+        """Every cached key (or those starting with ``prefix``)."""
+        if not self._exists():
+            return
+        keys = [str(r[0]) for r in self.db.conn.execute("SELECT key FROM contexts ORDER BY key")]
+        yield from (k for k in keys if prefix is None or k.startswith(prefix))
+
+
 class SQLiteRows:
     """The child index's records in the database: each leaf a ``children`` row (and its terms).
 
@@ -457,10 +513,11 @@ class SQLiteRows:
         texts: Sequence[str],
         metas: Sequence[Any],
     ) -> None:
-        """Add leaves whose vectors are stored (by the hash of their text)."""
+        """Add leaves whose vectors are stored (by the hash of what is embedded for them)."""
         if not rows:
             return
-        hashes = [text_hash(t) for t in texts]
+        embedded = [embedded_text(t, m) for t, m in zip(texts, metas, strict=True)]
+        hashes = [text_hash(t) for t in embedded]
         with self.db.write() as conn:
             known = _vector_ids(conn, hashes)
             missing = [k for k, h in zip(keys, hashes, strict=True) if h not in known]
@@ -472,7 +529,7 @@ class SQLiteRows:
                 [(r, k, known[h]) for r, k, h in zip(rows, keys, hashes, strict=True)],
             )
             if self.lexical is not None:
-                self.lexical.add(conn, rows, keys, texts)
+                self.lexical.add(conn, rows, keys, embedded)
 
     def remove(self, rows: Sequence[int]) -> None:
         """Remove leaves by row."""
@@ -667,8 +724,9 @@ class SQLiteFaissIndex(FaissIndex):
         """Add leaves with their vectors: FAISS in memory, the rows in the database."""
         matrix = np.asarray(vectors, dtype=np.float32)
         with self.db.write():
-            if len(matrix) == len(texts):
-                rows = [(text_hash(t), v.tobytes()) for t, v in zip(texts, matrix, strict=True)]
+            if len(matrix) == len(texts) == len(metadatas):
+                embedded = [embedded_text(t, m) for t, m in zip(texts, metadatas, strict=True)]
+                rows = [(text_hash(t), v.tobytes()) for t, v in zip(embedded, matrix, strict=True)]
                 self.db.insert_vectors(rows)
             return self._add(matrix, texts, metadatas, ids)
 
@@ -682,8 +740,9 @@ class SQLiteFaissIndex(FaissIndex):
     ) -> list[str]:
         """Add leaves under ``ids``; their vectors are read from the cache (embedded if missing).
 
-        The vectors come as one float32 matrix (:meth:`CachedEmbeddings.vectors_for`), never
-        as Python floats.
+        A leaf's vector is the one of its text with its header and context
+        (:func:`~langchain_s2b.core.headers.embedded_text`). The vectors come as one
+        float32 matrix (:meth:`CachedEmbeddings.vectors_for`), never as Python floats.
         """
         texts = list(texts)
         if ids is None or len(ids) != len(texts):
@@ -691,9 +750,12 @@ class SQLiteFaissIndex(FaissIndex):
             raise ValueError(msg)
         if not texts:
             return []
+        metas = metadatas or [{} for _ in texts]
         with self.db.write():
-            matrix, _ = self.cache.vectors_for(texts)
-            return self._add(matrix, texts, metadatas or [{} for _ in texts], ids)
+            matrix, _ = self.cache.vectors_for(
+                [embedded_text(t, m) for t, m in zip(texts, metas, strict=True)]
+            )
+            return self._add(matrix, texts, metas, ids)
 
     def _add(
         self,
@@ -964,7 +1026,10 @@ def _damaged_children(db: Database, docstore: SQLiteDocStore, bad: set[int]) -> 
     for part in chunks(sound):
         docs = docstore.mget([key for key, _ in part])
         for (key, hash_), doc in zip(part, docs, strict=True):
-            if doc is not None and text_hash(doc.page_content) != hash_:
+            if (
+                doc is not None
+                and text_hash(embedded_text(doc.page_content, doc.metadata)) != hash_
+            ):
                 damaged.append(key)
     return sorted(damaged)
 

@@ -7,7 +7,9 @@ so it commits or rolls back with the nodes and vectors. Nothing is built when
 a command opens the store: a search reads the table.
 
 **One analyser.** A leaf's terms are what :func:`~.lexical_index.analyze`
-makes of its text (the analyser of every store), stored separated by spaces
+makes of its text with its header and context
+(:func:`~langchain_s2b.core.headers.embedded_text`; the analyser of every
+store), stored separated by spaces
 in a table whose tokenizer is FTS5's ``ascii``: it splits on ASCII characters
 that are not letters or digits and keeps every other character inside its
 token, and an analysed term holds no ASCII character but lower-case letters
@@ -40,6 +42,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_s2b.core.filters import check_filter, matches_filter
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks
 from langchain_s2b.store.lexical_index import analyze, query_terms, source_of
 
@@ -110,7 +113,7 @@ class SQLiteLexical:
         keys: Sequence[str],
         texts: Sequence[str],
     ) -> None:
-        """Index leaves under their row numbers."""
+        """Index leaves under their row numbers (``texts``: what is indexed, header included)."""
         conn.executemany(
             f"INSERT INTO {LEXICAL_TABLE} (rowid, terms, key, source) VALUES (?, ?, ?, ?)",  # noqa: S608
             [
@@ -205,5 +208,5 @@ class SQLiteLexical:
                     conn,
                     [r for r, _, _ in found],
                     [k for _, k, _ in found],
-                    [d.page_content for _, _, d in found],
+                    [embedded_text(d.page_content, d.metadata) for _, _, d in found],
                 )

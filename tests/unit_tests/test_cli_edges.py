@@ -214,8 +214,8 @@ class TestJsonl:
             f"s2b: skipped {docs / 'c.jsonl'}: lines 1 and 2 have the same text and no id but "
             "differ; give each its own id",
             f"s2b: skipped {docs / 'd.jsonl'}: line 1: field(s) 'level' are s2b's own (every "
-            "chunk carries ancestors, children, end, level, parent_id, source_id, source_key, "
-            "source_splits, split_id, split_idx_start, start); rename them",
+            "chunk carries ancestors, children, end, heading, leaf_context, level, parent_id, "
+            "source_id, source_key, source_splits, split_id, split_idx_start, start); rename them",
             f"s2b: skipped {docs / 'b.jsonl'}: document id 'x' is also in {docs / 'a.jsonl'}, "
             "with other text or metadata",
             "s2b: 3 file(s) could not be read and were skipped",

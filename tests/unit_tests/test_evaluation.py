@@ -398,3 +398,27 @@ def test_pieces_read_spans_from_metadata() -> None:
     ]
     assert pieces(docs) == [Piece("abc", "d", 3, 6), Piece("xyz"), Piece("no span")]
     assert pieces(docs, doc_id_key="doc")[1] == Piece("xyz", "e", 0, 3)
+
+
+def test_header_rows_are_one_configuration_with_headers_off_and_on() -> None:
+    from langchain_s2b.evaluation import header_rows
+
+    docs = [
+        Document(page_content="# Zanzibar\n\nRollo led them.", id="a"),
+        Document(page_content="# Mombasa\n\nRollo sailed on.", id="b"),
+    ]
+    rows = header_rows(
+        docs, MemoEmbeddings(BagOfWords()), "window", mode="window", k=1, window_size=0
+    )
+    assert list(rows) == ["window", "window, headers"]
+    off, on = rows["window"], rows["window, headers"]
+    assert isinstance(off, SmallToBigRetriever)
+    assert isinstance(on, SmallToBigRetriever)
+    assert (off.contextual_headers, on.contextual_headers) == (False, True)
+    (plain,) = off.invoke("zanzibar rollo led")
+    (headed,) = on.invoke("zanzibar rollo led")
+    assert "heading" not in plain.metadata
+    assert headed.metadata["heading"] == "Zanzibar"
+    assert headed.page_content == "Rollo led them."  # the header is searched, never returned
+    report = evaluate(on, [Question("q", "zanzibar rollo led", ("Rollo",), "a", ((12, 17),))], k=1)
+    assert report.hit_rate == 1.0

@@ -35,6 +35,9 @@ lexical index of ``FaissIndex`` keeps keys only (its text is in the records),
 so each vocabulary word's matches are compared with the leaves whose analysed
 text holds it.
 
+A fourth machine (``HeadersLifecycleMachine``, at the end) writes Markdown
+sources with contextual headers on and a context model, under every fault.
+
 CI (``CI=true``) runs 110 sequences of 12 steps for each machine.
 """
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tempfile
 import zlib
@@ -61,9 +65,10 @@ from hypothesis.stateful import (
     rule,
 )
 from langchain_core.documents import Document
-from langchain_core.stores import BaseStore, InMemoryStore
+from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
@@ -71,6 +76,7 @@ from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
 from langchain_s2b.store.lexical_index import analyze
 from langchain_s2b.store.node_store import NodeStore
 
+from ._chat import Situating
 from ._embeddings import BagOfWords
 
 CI = os.environ.get("CI", "").lower() == "true"
@@ -562,3 +568,164 @@ TestHnswLifecycle = HnswLifecycleMachine.TestCase
 TestHnswLifecycle.settings = MACHINE_SETTINGS
 TestNodeStoreLifecycle = NodeStoreLifecycleMachine.TestCase
 TestNodeStoreLifecycle.settings = MACHINE_SETTINGS
+
+
+# Contextual headers and a context model (issue 29) ---------------------------------------
+#
+# The same machine, its sources written under Markdown headings, with headers on and a
+# context model. Heading words and the model's answer use words of their own, so the
+# invariants above (each vocabulary word finds exactly the leaves whose text holds it, a
+# marker finds its source first) hold as they are; the invariants below check what is
+# embedded and searched beside each leaf.
+
+HEADINGS = ["harbor", "valley", "summit", "meadow"]
+"""Heading words: in no sentence, so only a leaf's own heading line or its header holds one."""
+SITUATED = "situated paragraph"
+"""What the context model answers (words in no sentence either)."""
+
+
+def _headings_stay_apart() -> None:
+    words = [*MARKERS, *VOCAB, *HEADINGS, *SITUATED.split()]
+    assert len({zlib.crc32(w.encode()) % DIM for w in words}) == len(words)
+
+
+_headings_stay_apart()
+
+
+class FixedContext(Situating):
+    """Answers every context prompt with :data:`SITUATED`, and keeps each prompt."""
+
+    def answer(self, chunk: str) -> str:
+        return SITUATED
+
+
+@st.composite
+def headed_texts(draw: st.DrawFn, marker: str) -> str:
+    """:func:`texts` with Markdown headings (levels 1 to 3) before some paragraphs."""
+    out = []
+    for paragraph in draw(texts(marker)).split("\n\n"):
+        if draw(st.booleans()):
+            title = draw(st.sampled_from(HEADINGS)).capitalize()
+            out.append(f"{'#' * draw(st.integers(1, 3))} {title}")
+        out.append(paragraph)
+    return "\n\n".join(out)
+
+
+@st.composite
+def headed_batches(draw: st.DrawFn) -> list[tuple[str, str, dict[str, Any]]]:
+    chosen = draw(st.lists(st.integers(0, len(SOURCES) - 1), min_size=1, max_size=3, unique=True))
+    return [
+        (SOURCES[i], draw(headed_texts(MARKERS[i])), {"v": draw(st.integers(0, 2))}) for i in chosen
+    ]
+
+
+def section_header(text: str, start: int, end: int) -> str:
+    """A leaf's header, worked out here: the first heading is the title, then the path."""
+    headings = [
+        (m.start(), len(m.group(1)), m.group(2))
+        for m in re.finditer(r"^(#{1,3}) (\w+)$", text, re.MULTILINE)
+    ]
+    first = start
+    while first < end and text[first].isspace():
+        first += 1
+    stack: list[tuple[int, str]] = []
+    for at, level, title in headings:
+        if at > first:
+            break
+        stack = [(lv, t) for lv, t in stack if lv < level] + [(level, title)]
+    title = headings[0][2] if headings else ""
+    path = [t for _, t in stack]
+    if path and path[0] == title:
+        path = path[1:]
+    return " > ".join(p for p in [title, *path] if p)
+
+
+class HeadersLifecycleMachine(LifecycleMachine):
+    """Headers on, a context model, Markdown sources; every fault of the machine above."""
+
+    @initialize(mode=st.sampled_from(["parent", "window"]))
+    def build(self, mode: str) -> None:
+        self.chat = FixedContext()
+        self.cache = InMemoryByteStore()
+        index = FaissIndex(self.embedding, self.factory, search_params=self.search_params)
+        extra: dict[str, Any] = {}
+        if mode == "parent":
+            extra = {"child_splitter": size_splitter(6), "parent_splitter": section_splitter(20)}
+        self.retriever = SmallToBigRetriever(
+            vectorstore=index, docstore=self.store, mode=mode, window_size=1, **self._notes(),
+            **extra,
+        )  # fmt: skip
+        self._share()
+
+    def _notes(self) -> dict[str, Any]:
+        return {"contextual_headers": True, "context_model": self.chat, "context_cache": self.cache}
+
+    def _share(self) -> None:
+        r = self.retriever
+        self.reader = SmallToBigRetriever(
+            vectorstore=r.vectorstore, docstore=r.docstore, levels=r._levels, mode=r.mode,
+            **self._notes(),
+        )  # fmt: skip
+
+    @rule(
+        batch=headed_batches(),
+        fault=FAULTS,
+        keep=st.integers(0, 40),
+        at=st.sampled_from([0, 1]),
+        use_async=st.booleans(),
+        by_reader=st.booleans(),
+    )
+    def add(
+        self,
+        batch: list[tuple[str, str, dict[str, Any]]],
+        fault: str | None,
+        keep: int,
+        at: int,
+        use_async: bool,
+        by_reader: bool,
+    ) -> None:
+        super().add(batch, fault, keep, at, use_async, by_reader)
+
+    @rule(name=LifecycleMachine.saved)
+    def load(self, name: str) -> None:
+        self.store = FaultyStore()
+        self.retriever = SmallToBigRetriever.load(
+            self.root / name, self.embedding, docstore=self.store, **self._notes()
+        )
+        assert self.retriever.contextual_headers is True  # the save's setting
+        self._share()
+        self.model = dict(self.saves[name])
+
+    @invariant()
+    def leaves_carry_their_header_and_context(self) -> None:
+        index = self._index()
+        for leaf in index.get_by_ids(index.keys()):
+            meta = leaf.metadata
+            text = self.model[meta["source_id"]][0]
+            assert leaf.page_content == text[meta["start"] : meta["end"]]
+            want = section_header(text, meta["start"], meta["end"])
+            assert meta.get("heading", "") == want
+            assert meta["leaf_context"] == SITUATED
+
+    @invariant()
+    def headers_and_contexts_are_searched(self) -> None:
+        index = self._index()
+        leaves = index.get_by_ids(index.keys())
+        lexical = index.lexical()
+        for word in [*HEADINGS, *SITUATED.split()]:
+            found = {key for key, _ in lexical.search(word, len(leaves) + 1)}
+            want = {
+                str(d.id)
+                for d in leaves
+                if word in analyze(embedded_text(d.page_content, d.metadata))
+            }
+            assert found == want, word
+        assert {key for key, _ in lexical.search("situated", len(leaves) + 1)} == set(index.keys())
+
+    @invariant()
+    def no_context_is_asked_for_twice(self) -> None:
+        assert len(self.chat._calls) == len(set(self.chat._calls))
+
+
+TestHeadersLifecycle = HeadersLifecycleMachine.TestCase
+TestHeadersLifecycle.settings = MACHINE_SETTINGS

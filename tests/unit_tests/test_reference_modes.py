@@ -5,6 +5,12 @@ sources, Unicode ids and words), random settings and filters, three kinds of
 leaf splitter, and every child index the README names. The embedding is exact
 and tiny (topic-word counts), so scores tie and are zero often.
 
+With contextual headers on (the ``..._with_headers_...`` tests), sources
+carry Markdown headings and sometimes a title, and the reference computes
+each leaf's header from the source text and its own tree, and each child's
+expected score from the embedding of its header and text (``InMemoryVectorStore``
+embeds ``page_content`` itself, so it is refused there and left out).
+
 Exact indexes (``FaissIndex("Flat")``, ``InMemoryVectorStore``,
 ``langchain_community`` ``FAISS``): the reference ranks every child by the score
 the index gives it. Approximate ones (IVF, HNSW, PQ): the reference works from
@@ -116,20 +122,38 @@ def source_text(draw: st.DrawFn) -> str:
     return "\n\n\n\n".join(sections)
 
 
+@st.composite
+def headed_text(draw: st.DrawFn) -> str:
+    """:func:`source_text` with Markdown headings (topic words, levels 1-3) before paragraphs."""
+    text = draw(source_text())
+    if not text.strip():
+        return text
+    sections = []
+    for section in text.split("\n\n\n\n"):
+        paragraphs = []
+        for paragraph in section.split("\n\n"):
+            if draw(st.booleans()):
+                level = draw(st.integers(1, 3))
+                name = " ".join(draw(st.lists(st.sampled_from(TOPICS), min_size=1, max_size=2)))
+                paragraphs.append(f"{'#' * level} {name}")
+            paragraphs.append(paragraph)
+        sections.append("\n\n".join(paragraphs))
+    return "\n\n\n\n".join(sections)
+
+
 SOURCE_IDS = ["s0", "s/1", "é 2", "東京-3"]
 
 
 @st.composite
-def corpus(draw: st.DrawFn) -> list[tuple[str, str, dict[str, Any]]]:
+def corpus(draw: st.DrawFn, headers: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
     n = draw(st.integers(1, 4))
-    return [
-        (
-            SOURCE_IDS[i],
-            draw(source_text()),
-            {"topic": draw(st.sampled_from("ab")), "n": draw(st.integers(0, 3))},
-        )
-        for i in range(n)
-    ]
+    out = []
+    for i in range(n):
+        meta: dict[str, Any] = {"topic": draw(st.sampled_from("ab")), "n": draw(st.integers(0, 3))}
+        if headers and draw(st.booleans()):
+            meta["title"] = draw(st.sampled_from(TOPICS))
+        out.append((SOURCE_IDS[i], draw(headed_text() if headers else source_text()), meta))
+    return out
 
 
 # Leaf splitters: the library's splitter and the reference's exact spans --------------
@@ -219,8 +243,12 @@ def all_scores(store: VectorStore, vector: list[float]) -> list[tuple[dict[str, 
 
 
 def exact_score(index: str, emb: TopicEmbedding, query: list[float], node: ref.Node) -> float:
-    """The child's cosine similarity, as the index reports it (L2 FAISS: ``1 - d / sqrt 2``)."""
-    text = node.source.text[node.start : node.end]
+    """The child's cosine similarity, as the index reports it (L2 FAISS: ``1 - d / sqrt 2``).
+
+    What is embedded is the leaf's header and text (:func:`ref.embedded`; the text alone
+    without a header).
+    """
+    text = ref.embedded(node)
     q, d = np.asarray(query), np.asarray(emb.embed_documents([text])[0])
     cos = float(q @ d / (np.linalg.norm(q) * np.linalg.norm(d)))
     return 1.0 - (2.0 - 2.0 * cos) / np.sqrt(2.0) if index == "community" else cos
@@ -302,19 +330,25 @@ class Case:
     query: str
     opts: dict[str, Any]
     filter_no: int
+    headers: bool = False
 
 
 def run(case: Case) -> None:
     lib_levels, ref_levels = levels_for(case.mode, case.leaf)
     emb = EMBEDDINGS[case.embedding]
     store = make_index(case.index, case.train_size, emb)
-    retriever = SmallToBigRetriever(vectorstore=store, levels=lib_levels, mode=case.mode)
+    retriever = SmallToBigRetriever(
+        vectorstore=store, levels=lib_levels, mode=case.mode, contextual_headers=case.headers
+    )
     retriever.add_documents(
         [Document(page_content=text, metadata=meta) for _, text, meta in case.docs],
         ids=[sid for sid, _, _ in case.docs],
     )
     sources = [ref.build(sid, text, meta, ref_levels) for sid, text, meta in case.docs]
     leaf_level = ref_levels[0][0]
+    if case.headers:
+        for source in sources:
+            ref.add_headers(source, leaf_level)
     nodes = {n.key: n for s in sources for n in ref.leaves(s, leaf_level)}
     flt, keep = FILTERS[case.filter_no]
 
@@ -372,6 +406,7 @@ def run(case: Case) -> None:
             list(nodes.values()),
             lambda node: keep(node.source.metadata),
             lambda node: cosines[node.key],
+            ref.embedded,
         )
     o = case.opts
     settings = ref.Settings(
@@ -398,6 +433,8 @@ def run(case: Case) -> None:
     event(f"results: {min(len(want), 3)}{'+' if len(want) >= 3 else ''}")
     event(f"embedding: {case.embedding}")
     event(f"reranker: {case.opts['reranker']!r:.40}")
+    if case.headers and any("heading" in d.metadata for d in want):
+        event("a result with a heading")
     event(f"k: {'None (as many as fit)' if case.opts['k'] is None else 'a number'}")
     if any(d.metadata.get("escalation") == "cut" for d in want):
         event("a result cut to the ceiling")
@@ -497,17 +534,19 @@ def record_searches(
 
 
 @st.composite
-def cases(draw: st.DrawFn, mode: str) -> Case:
+def cases(draw: st.DrawFn, mode: str, headers: bool = False) -> Case:
+    indexes = [i for i in INDEXES if i != "inmemory"] if headers else INDEXES
     return Case(
         mode,
         draw(st.sampled_from(sorted(EMBEDDINGS))),
-        draw(corpus()),
+        draw(corpus(headers)),
         draw(leaf_splitter()),
-        draw(st.sampled_from(INDEXES)),
+        draw(st.sampled_from(indexes)),
         draw(st.integers(8, 24)),
         draw(queries),
         draw(options()),
         draw(st.one_of(st.just(0), st.integers(0, len(FILTERS) - 1))),
+        headers,
     )
 
 
@@ -528,4 +567,24 @@ def test_multilevel_mode_equals_the_reference(case: Case) -> None:
 
 @given(case=cases("pack"))
 def test_pack_mode_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("parent", headers=True))
+def test_parent_mode_with_headers_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("window", headers=True))
+def test_window_mode_with_headers_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("multilevel", headers=True))
+def test_multilevel_mode_with_headers_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("pack", headers=True))
+def test_pack_mode_with_headers_equals_the_reference(case: Case) -> None:
     run(case)

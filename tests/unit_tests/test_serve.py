@@ -384,7 +384,8 @@ def test_search_result_and_text_from_documents() -> None:
         "max_tokens": None,
         "contexts": [
             {
-                "rank": 1, "source": "/d/a.pdf#page=2", "title": "a", "page": 2, "start": 10,
+                "rank": 1, "source": "/d/a.pdf#page=2", "title": "a", "heading": None,
+                "page": 2, "start": 10,
                 "end": 30, "score": 0.5, "mode": "window", "level": "sentence", "tokens": None,
                 "text": "Rollo led.\x1b[31m Red.",
                 "matches": [{"start": 10, "end": 20, "score": 0.5}],
