@@ -396,6 +396,7 @@ _MESSAGES = {
     "database disk image is malformed": "corrupt",
     "malformed database schema": "corrupt",
     "unsupported file format": "notadb",
+    "could not decode to utf-8": "corrupt",  # we only write UTF-8: changed bytes
 }
 
 

@@ -953,7 +953,7 @@ class Damage:
     """Rows whose bytes fail their checks (:func:`find_damage`); :func:`mend` removes them."""
 
     database: list[str] = field(default_factory=list)
-    """What SQLite's own check (``PRAGMA quick_check``) found wrong with the file."""
+    """What SQLite's own check (``PRAGMA integrity_check``) found wrong with the file."""
     unreadable: list[str] = field(default_factory=list)
     """Docstore keys whose row no longer decodes."""
     vectors: list[int] = field(default_factory=list)
@@ -970,10 +970,16 @@ class Damage:
 
 
 def file_damage(db: Database) -> list[str]:
-    """What SQLite's own check of the file (``PRAGMA quick_check``) finds wrong; ``[]``: none."""
+    """What SQLite's own check of the file finds wrong; ``[]``: none.
+
+    ``PRAGMA integrity_check``, not ``quick_check``: only the full check sees an
+    index whose entries no longer match its table's rows (a damaged page of the
+    key index makes lookups miss rows that a scan finds, and a repair that
+    trusts it writes duplicates).
+    """
     with db.read():
         try:
-            found = [str(row[0]) for row in db.conn.execute("PRAGMA quick_check")]
+            found = [str(row[0]) for row in db.conn.execute("PRAGMA integrity_check")]
         except sqlite3.DatabaseError as err:
             found = [str(err)]
     return [] if found == ["ok"] else found

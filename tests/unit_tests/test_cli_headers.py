@@ -80,7 +80,9 @@ class TestHeadingShown:
     ) -> None:
         store = tmp_path / "store"
         _index(capsys, corpus, store, "--headers")
-        code, out, err = _run(capsys, "query", QUERY, "--store", str(store), "-k", "1")
+        code, out, err = _run(
+            capsys, "query", QUERY, "--store", str(store), "-k", "1", "--mode", "parent"
+        )
         assert (code, err) == (0, "")
         first = out.splitlines()[0]
         assert f"§ {HEADING}  [parent/section" in first

@@ -385,7 +385,10 @@ async def test_stdio_refuses_an_empty_query_a_k_out_of_bounds_and_unknown_argume
     assert (k["minimum"], k["maximum"]) == (1, 100)
     bounds = {name: read["properties"][name]["minimum"] for name in ("start", "end", "max_tokens")}
     assert bounds == {"start": 0, "end": 0, "max_tokens": 1}
-    assert "k: how many contexts (default 4, at most 100)" in tools["search"].description
+    assert (
+        "k: how many contexts (default 4; with max_tokens as many as fit; at most 100)"
+        in tools["search"].description
+    )
     assert errlog.read_text() == ""
 
 
