@@ -29,7 +29,7 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.keys import parse_node_key
-from langchain_s2b.core.requests import Found, Vector
+from langchain_s2b.core.requests import ChildDamage, Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
 
 _BY_SCORE = operator.itemgetter(SCORE)
@@ -324,6 +324,15 @@ class ChildIndex:
                     await self.vectorstore.adelete([key])
                 except (ValueError, KeyError):
                     continue
+
+    def damage(self) -> ChildDamage | None:
+        """Where the index's records and vectors disagree (``None``: a store that can not say)."""
+        return None if self.faiss is None else self.faiss.damage()
+
+    def mend(self) -> None:
+        """Make the index's records and vectors agree (``verify(repair=True)``)."""
+        if self.faiss is not None:
+            self.faiss.mend()
 
     def list_children(self, candidates: list[str]) -> tuple[set[str] | None, bool]:
         """The child index's keys and whether that is all of them.
