@@ -31,8 +31,10 @@ from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadat
 from langchain_s2b.core.keys import parse_node_key
 from langchain_s2b.core.requests import ChildDamage, Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.undo import undone, warn_undo
 
 _BY_SCORE = operator.itemgetter(SCORE)
+Vectors = list[list[float]] | None
 
 
 class ChildIndex:
@@ -267,42 +269,88 @@ class ChildIndex:
         return _rows(await emb.aembed_documents(texts), len(texts))
 
     def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Index leaves under their ids (the node keys), with their vectors when given."""
+        """Index leaves under their ids (new keys: a generation's), with their vectors if given.
+
+        All or nothing: ``FaissIndex`` undoes its own steps; another store has
+        the new keys removed again when its add fails or is interrupted.
+        """
         if not leaves:
             return
         ids = [str(d.id) for d in leaves]
+        if self.faiss is not None:
+            texts = [d.page_content for d in leaves]
+            matrix = np.asarray(vectors, dtype=np.float32) if vectors is not None else None
+            if matrix is None:
+                self.faiss.add_texts(texts, [d.metadata for d in leaves], ids=ids)
+            else:
+                self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
+            return
+        try:
+            self._add_other(leaves, vectors, ids)
+        except BaseException as err:
+            try:
+                self._delete_keys(ids)
+            except Exception as undo_err:
+                warn_undo(err, undo_err)
+            raise
+
+    def _add_other(self, leaves: list[Document], vectors: Vectors, ids: list[str]) -> None:
         if vectors is None:
             self.vectorstore.add_documents(leaves, ids=ids)
-        elif self.faiss is not None:
-            texts = [d.page_content for d in leaves]
-            matrix = np.asarray(vectors, dtype=np.float32)
-            self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
-        else:
-            store: Any = self.vectorstore
-            call = _embeddings_call(store, "add_embeddings")
-            store.add_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
+            return
+        store: Any = self.vectorstore
+        call = _embeddings_call(store, "add_embeddings")
+        store.add_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
 
     async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Async :meth:`add`: the store's ``aadd_embeddings`` if it has one, else a thread."""
         if not leaves:
             return
         ids = [str(d.id) for d in leaves]
+        if self.faiss is not None:
+            await run_in_executor(None, self.add, leaves, vectors)
+            return
+        try:
+            await self._aadd_other(leaves, vectors, ids)
+        except BaseException as err:
+            await undone(err, lambda: self._adelete_keys(ids))
+            raise
+
+    async def _aadd_other(self, leaves: list[Document], vectors: Vectors, ids: list[str]) -> None:
         if vectors is None:
             await self.vectorstore.aadd_documents(leaves, ids=ids)
             return
-        call = (
-            "" if self.faiss is not None else _embeddings_call(self.vectorstore, "aadd_embeddings")
-        )
+        call = _embeddings_call(self.vectorstore, "aadd_embeddings")
         if call:
             store: Any = self.vectorstore
             await store.aadd_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
         else:
-            await run_in_executor(None, self.add, leaves, vectors)
+            await run_in_executor(None, self._add_other, leaves, vectors, ids)
 
     def delete(self, keys: list[str]) -> None:
-        """Delete leaves; keys the store does not hold are ignored."""
+        """Delete leaves; keys the store does not hold are ignored.
+
+        All or nothing: ``FaissIndex`` undoes its own steps; another store is
+        asked for the leaves first (``get_by_ids``), and those it lost are
+        added again (embedded again by the store) when the delete fails or is
+        interrupted.
+        """
         if not keys:
             return
+        if self.faiss is not None:
+            self.faiss.delete(keys)
+            return
+        held = self._held(keys)
+        try:
+            self._delete_keys(keys)
+        except BaseException as err:
+            try:
+                self._put_back(keys, held)
+            except Exception as undo_err:
+                warn_undo(err, undo_err)
+            raise
+
+    def _delete_keys(self, keys: list[str]) -> None:
         try:
             self.vectorstore.delete(keys)
         except (ValueError, KeyError):
@@ -312,10 +360,36 @@ class ChildIndex:
                 except (ValueError, KeyError):
                     continue
 
+    def _held(self, keys: list[str]) -> list[Document]:
+        """The leaves among ``keys`` the store holds (``[]`` when it can not say)."""
+        try:
+            return list(self.vectorstore.get_by_ids(keys))
+        except NotImplementedError:
+            return []
+
+    def _put_back(self, keys: list[str], held: list[Document]) -> None:
+        if not held:
+            return
+        still = {str(doc.id) for doc in self._held(keys)}
+        lost = [doc for doc in held if str(doc.id) not in still]
+        if lost:
+            self.vectorstore.add_documents(lost, ids=[str(doc.id) for doc in lost])
+
     async def adelete(self, keys: list[str]) -> None:
         """Async :meth:`delete` (through the store's ``adelete``: async-only stores work)."""
         if not keys:
             return
+        if self.faiss is not None:
+            await run_in_executor(None, self.faiss.delete, keys)
+            return
+        held = await self._aheld(keys)
+        try:
+            await self._adelete_keys(keys)
+        except BaseException as err:
+            await undone(err, lambda: self._aput_back(keys, held))
+            raise
+
+    async def _adelete_keys(self, keys: list[str]) -> None:
         try:
             await self.vectorstore.adelete(keys)
         except (ValueError, KeyError):
@@ -324,6 +398,20 @@ class ChildIndex:
                     await self.vectorstore.adelete([key])
                 except (ValueError, KeyError):
                     continue
+
+    async def _aheld(self, keys: list[str]) -> list[Document]:
+        try:
+            return list(await self.vectorstore.aget_by_ids(keys))
+        except NotImplementedError:
+            return []
+
+    async def _aput_back(self, keys: list[str], held: list[Document]) -> None:
+        if not held:
+            return
+        still = {str(doc.id) for doc in await self._aheld(keys)}
+        lost = [doc for doc in held if str(doc.id) not in still]
+        if lost:
+            await self.vectorstore.aadd_documents(lost, ids=[str(doc.id) for doc in lost])
 
     def damage(self) -> ChildDamage | None:
         """Where the index's records and vectors disagree (``None``: a store that can not say)."""

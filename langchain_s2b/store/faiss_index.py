@@ -38,9 +38,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,12 +50,13 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from langchain_s2b.core.filters import Filter, check_filter, matches_filter
+from langchain_s2b.core.filters import Filter, check_filter, filter_key, matches_filter
 from langchain_s2b.core.requests import ChildDamage
 from langchain_s2b.core.tree import NODE_FIELDS
 from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.records import FILES as RECORD_FILES
 from langchain_s2b.store.records import Record, Records, RowsByKey, RowStore
+from langchain_s2b.store.undo import Undo, all_or_nothing
 
 INDEX_FILE = "children.faiss"
 HEADER_FILE = "children.json"
@@ -138,8 +138,8 @@ class FaissIndex(VectorStore):
         self._version = 0
         self._dead_selector: tuple[int, Any, Any, np.ndarray] | None = None
         """``(version, selector, its parts)``: the tombstones left out of searches."""
-        self._filtered: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
-        """Matching rows per filter (its JSON), valid while ``_version`` is unchanged."""
+        self._filtered: OrderedDict[Hashable, tuple[int, np.ndarray]] = OrderedDict()
+        """Matching rows per filter (:func:`filter_key`), valid while ``_version`` is unchanged."""
         self._lexical: LexicalIndex | None = None
         """The leaves' text for BM25, built on first use and kept with every write after."""
         self._lock = threading.RLock()
@@ -347,7 +347,7 @@ class FaissIndex(VectorStore):
     # One write, step by step ------------------------------------------------------------
 
     @contextmanager
-    def _writing(self) -> Iterator[_Steps]:
+    def _writing(self) -> Iterator[Undo]:
         """One write of several steps: all of them, or none.
 
         Each step registers its undo before it runs (the undo works whether
@@ -357,17 +357,14 @@ class FaissIndex(VectorStore):
         The rows are published last (:meth:`_add_records`): until then no
         search or listing sees the write.
         """
-        steps = _Steps()
         try:
-            yield steps
-        except BaseException as err:
-            steps.undo(err)
-            raise
+            with all_or_nothing() as undo:
+                yield undo
         finally:
             self._version += 1
 
     def _add_to_faiss(
-        self, steps: _Steps, vectors: np.ndarray, rows: np.ndarray
+        self, steps: Undo, vectors: np.ndarray, rows: np.ndarray
     ) -> tuple[Any, bool]:
         """Add vectors under new rows: the index now holding them, and whether staging ended.
 
@@ -401,7 +398,7 @@ class FaissIndex(VectorStore):
         else:
             self._dead.update(rows.tolist())
 
-    def _remove_from_faiss(self, steps: _Steps, index: Any, rows: list[int]) -> None:
+    def _remove_from_faiss(self, steps: Undo, index: Any, rows: list[int]) -> None:
         """Remove rows' vectors where FAISS can (kept, to be put back), else make tombstones."""
         if not rows:
             return
@@ -421,7 +418,7 @@ class FaissIndex(VectorStore):
         index.remove_ids(np.asarray(rows, dtype=np.int64))
 
     def _add_text(
-        self, steps: _Steps, entries: list[Record], replaced: list[Record | None]
+        self, steps: Undo, entries: list[Record], replaced: list[Record | None]
     ) -> None:
         """Write the leaves' text into the lexical index, once it is built (replacing)."""
         lexical = self._lexical
@@ -437,7 +434,7 @@ class FaissIndex(VectorStore):
         steps.then(undo)
         lexical.add(entries)
 
-    def _remove_text(self, steps: _Steps, rows: list[int], held: list[Record | None]) -> None:
+    def _remove_text(self, steps: Undo, rows: list[int], held: list[Record | None]) -> None:
         """Remove rows' leaves from the lexical index, once it is built (put back on a failure)."""
         lexical = self._lexical
         if lexical is None or not rows:
@@ -446,7 +443,7 @@ class FaissIndex(VectorStore):
         steps.then(lambda: lexical.add(back))
         lexical.delete([key for key in map(self._rows.key, rows) if key is not None])
 
-    def _add_records(self, steps: _Steps, rows: list[int], entries: list[Record]) -> None:
+    def _add_records(self, steps: Undo, rows: list[int], entries: list[Record]) -> None:
         """Publish the new rows: their keys now name them (the last step of a write)."""
 
         def undo() -> None:
@@ -459,7 +456,7 @@ class FaissIndex(VectorStore):
         self._rows.add(rows, keys, texts, metas)
 
     def _remove_records(
-        self, steps: _Steps, rows: list[int], held: list[Record | None]
+        self, steps: Undo, rows: list[int], held: list[Record | None]
     ) -> None:
         """Remove rows from the records (added again, from ``held``, on a failure)."""
         if not rows:
@@ -776,9 +773,8 @@ class FaissIndex(VectorStore):
         """
         if not isinstance(flt, dict) or _per_leaf(flt):
             return None
-        try:
-            name = json.dumps(flt, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError):
+        name = filter_key(flt)
+        if name is None:
             return None
         with self._lock:
             cached = self._filtered.get(name)
@@ -973,30 +969,6 @@ class FaissIndex(VectorStore):
             raise ValueError(msg)
         store._rows = rows
         return store
-
-
-class _Steps:
-    """The undo of each step of one write so far (see ``FaissIndex._writing``)."""
-
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], object]] = []
-
-    def then(self, undo: Callable[[], object]) -> None:
-        """Register the undo of the step about to run."""
-        self._undo.append(undo)
-
-    def undo(self, err: BaseException) -> None:
-        """Run every undo, last first; one that fails is a warning (``verify`` then sees it)."""
-        for undo in reversed(self._undo):
-            try:
-                undo()
-            except Exception as undo_err:  # noqa: PERF203  # each undo is tried
-                warnings.warn(
-                    f"A child index write failed ({err!r}) and undoing it failed too "
-                    f"({undo_err!r}); run verify(repair=True) to make its parts agree.",
-                    UserWarning,
-                    stacklevel=4,
-                )
 
 
 def _removable(index: Any) -> bool:

@@ -47,6 +47,7 @@ from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.lexical_index import Lexical, LexicalIndex
 from langchain_s2b.store.pg_lexical import PgLexical, is_pgvector
+from langchain_s2b.store.undo import all_or_nothing, undone
 
 
 @dataclass
@@ -64,6 +65,145 @@ _SHARED: weakref.WeakKeyDictionary[Any, _Shared] = weakref.WeakKeyDictionary()
 
 class LexicalBackend(Protocol):
     """A lexical index that its child store writes itself, in the same commit as the vectors."""
+
+    def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
+        """The ``n`` best leaves by BM25 among those that pass ``flt`` (selected before ranking)."""
+
+    def lexical_keys(self) -> set[str]:
+        """Every leaf key it holds."""
+
+    def rebuild_lexical(self) -> None:
+        """Write it again from the leaves the child store holds."""
+
+
+class DenseChildIndex(ChildIndex):
+    """A child index without BM25 search (``hybrid=False``) whose writes keep the text in step.
+
+    Another retriever over the same child store may keep a lexical index for
+    it (one shared per store object, marked filled once: it never reads the
+    docstore again), so every write goes through it when there is one, in one
+    commit with the vectors, as :class:`HybridChildIndex` writes it.
+    (``FaissIndex`` and a store with a lexical backend write their text
+    themselves.)
+    """
+
+    @property
+    def _own(self) -> Lexical | None:
+        """The lexical index this class writes, if some retriever made one for this store."""
+        found = _lookup(self.vectorstore) if self.faiss is None else None
+        return None if found is None else found.lexical
+
+    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Index leaves (with their vectors, if given) and their text, in one commit."""
+        own = self._own
+        if own is None:
+            super().add(leaves, vectors)  # FaissIndex writes its text itself
+            return
+        keys = [str(leaf.id) for leaf in leaves]
+        with all_or_nothing() as undo:
+            undo.then(lambda: super(DenseChildIndex, self).delete(keys))  # new keys
+            super().add(leaves, vectors)
+            undo.then(lambda: own.delete(keys))
+            own.add(_entries(leaves))
+
+    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Async :meth:`add`."""
+        own = self._own
+        if own is None:
+            await super().aadd(leaves, vectors)
+            return
+        keys = [str(leaf.id) for leaf in leaves]
+        await super().aadd(leaves, vectors)
+        try:
+            await run_in_executor(None, own.add, _entries(leaves))
+        except BaseException as err:
+            await undone(
+                err,
+                lambda: super(DenseChildIndex, self).adelete(keys),
+                lambda: run_in_executor(None, own.delete, keys),
+            )
+            raise
+
+    def delete(self, keys: list[str]) -> None:
+        """Delete leaves from both parts, in one commit; keys they do not hold are ignored.
+
+        The text goes first (it can be put back), then the vectors.
+        """
+        own = self._own
+        if own is None:
+            super().delete(keys)  # FaissIndex removes its text itself
+            return
+        held = own.entries(set(keys))
+        with all_or_nothing() as undo:
+            undo.then(lambda: held and own.add(held))
+            own.delete(keys)
+            super().delete(keys)
+
+    async def adelete(self, keys: list[str]) -> None:
+        """Async :meth:`delete`."""
+        own = self._own
+        if own is None:
+            await super().adelete(keys)
+            return
+        held = await run_in_executor(None, own.entries, set(keys))
+        try:
+            await run_in_executor(None, own.delete, keys)
+            await super().adelete(keys)
+        except BaseException as err:
+            if held:
+                await undone(err, lambda: run_in_executor(None, own.add, held))
+            raise
+
+
+class HybridChildIndex(DenseChildIndex):
+    """A child index whose leaves are also searchable by BM25, written in one commit.
+
+    The lexical index is the child store's ``lexical_backend()`` when it offers
+    one, else ``FaissIndex``'s own, else one shared per store object (see the
+    module).
+    """
+
+    def __init__(self, vectorstore: VectorStore) -> None:
+        super().__init__(vectorstore)
+        offered = getattr(vectorstore, "lexical_backend", None)
+        self.backend: LexicalBackend | None = offered() if callable(offered) else None
+        self._shared: _Shared | None = None
+        if self.backend is not None:
+            return
+        if self.faiss is None:
+            self._shared = _shared(vectorstore)
+        else:  # built now (once per index), so that no first query pays for it
+            self.faiss.lexical()
+
+    @property
+    def lexical(self) -> Lexical:
+        """The lexical index of this child store (not a backend's)."""
+        if self.backend is not None:
+            msg = f"This child index searches {type(self.backend).__name__}, not a Lexical index."
+            raise TypeError(msg)
+        if self.faiss is not None:
+            return self.faiss.lexical()
+        assert self._shared is not None
+        return self._shared.lexical
+
+    @property
+    def _own(self) -> Lexical | None:
+        """The lexical index this class writes (``None``: the store writes its own)."""
+        return None if self._shared is None else self._shared.lexical
+
+    def needs_leaves(self) -> bool:
+        """Whether the lexical index has yet to read the docstore's leaves (see :meth:`fill`)."""
+        return self._shared is not None and not self._shared.built
+
+    def fill(self, entries: list[Entry]) -> None:
+        """Give the lexical index every leaf the docstore holds (once; the runner reads them)."""
+        shared = self._shared
+        if shared is None:
+            return
+        with shared.lock:
+            if not shared.built:
+                shared.lexical.add(entries)
+                shared.built = True
 
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 among those that pass ``flt`` (selected before ranking)."""
@@ -232,6 +372,14 @@ def _shared(vectorstore: VectorStore) -> _Shared:
         with contextlib.suppress(TypeError):
             _SHARED[vectorstore] = found
     return found
+
+
+def _lookup(vectorstore: VectorStore) -> _Shared | None:
+    """The lexical index some retriever made for this child store object, if any."""
+    try:
+        return _SHARED.get(vectorstore)
+    except TypeError:
+        return None
 
 
 def _new_shared(vectorstore: VectorStore) -> _Shared:

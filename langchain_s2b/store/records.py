@@ -626,6 +626,10 @@ class RowsByKey(Mapping[str, int]):
 def _whole_shape(shapes: Shapes, meta: dict[str, Any]) -> int:
     """A shape holding ``meta`` whole (numbers included), for saving; ``ValueError`` if not JSON."""
     try:
+        if not all(isinstance(k, str) for k in meta):
+            named = [k for k in meta if not isinstance(k, str)][0]
+            msg = f"the key {named!r} is not a string"
+            raise TypeError(msg)
         text = json.dumps([[k, v] for k, v in meta.items()], allow_nan=False)
     except (TypeError, ValueError) as err:
         msg = (
