@@ -30,7 +30,7 @@ class DiskFullError(OSError):
         super().__init__(errno.ENOSPC, "injected: no space left on device")
 
 
-STEPS: dict[str, tuple[Any, str]] = {
+WRITE_STEPS: dict[str, tuple[Any, str]] = {
     "records.add": (Records, "add"),
     "records.remove": (Records, "remove"),
     "faiss.add": (faiss.IndexIDMap2, "add_with_ids"),
@@ -51,7 +51,7 @@ KINDS: dict[str, type[BaseException]] = {
 @contextlib.contextmanager
 def fault_at(step: str, kind: str, when: str = "before", at: int = 0) -> Iterator[list[bool]]:
     """Raise ``KINDS[kind]`` at call number ``at`` of ``step``; yields ``[fired]``."""
-    owner, name = STEPS[step]
+    owner, name = WRITE_STEPS[step]
     real = getattr(owner, name)
     calls = [0]
     fired = [False]

@@ -17,6 +17,12 @@ its rows, inside the write transaction):
   (``indexer.run``: "each group of files in one transaction"), so that removal
   stands;
 - ``KeyboardInterrupt`` at the same points: exit 130, the same outcome;
+- the same two in the child index's FAISS part, just after FAISS returned:
+  ``add_with_ids`` (the new leaves) and ``remove_ids`` (a removed file's
+  leaves, in the transaction that removes them first, or an updated file's
+  previous ones, in its group's): the transaction it fired in left nothing
+  (when that is the removal of the files that left the folder, the run stops
+  there and they stay indexed);
 - the FAISS file write fails (``OSError`` from ``faiss.write_index``): the
   commit stands (exit 0); the next reader builds the file of that commit once
   from the database, and the one after it reads the file.
@@ -78,7 +84,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from langchain_s2b.cli import actions
+from langchain_s2b.cli import actions, indexer
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import DB_FILE, Store, open_store
 from langchain_s2b.cli.querying import query_options
@@ -144,6 +150,8 @@ FAULT_TARGETS: dict[str, tuple[Any, str]] = {
     "lexical": (sqlite_lexical.SQLiteLexical, "add"),
     "rows": (sqlite.SQLiteRows, "add"),
     "docstore": (sqlite.SQLiteDocStore, "mset"),
+    "faiss-add": (faiss.IndexIDMap2, "add_with_ids"),
+    "faiss-remove": (faiss.IndexIDMap2, "remove_ids"),
 }
 FAULTS = st.sampled_from(
     [  # faults first: Hypothesis draws the first choices more often
@@ -153,6 +161,10 @@ FAULTS = st.sampled_from(
         "interrupt:lexical",
         "interrupt:rows",
         "interrupt:docstore",
+        "error:faiss-add",
+        "interrupt:faiss-add",
+        "error:faiss-remove",
+        "interrupt:faiss-remove",
         "faiss-file",
         None,
         None,
@@ -171,24 +183,44 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 @contextlib.contextmanager
 def fault_at(kind: str, target: str, at: int) -> Iterator[list[bool]]:
-    """Raise after call number ``at`` of the target has written its rows; yields [fired]."""
+    """Raise after call number ``at`` of the target has written its rows; yields [fired].
+
+    ``fired`` gets a second item: whether it fired before any transaction
+    could commit: while FAISS was built from the database as the run opened the
+    store, or while the files that left the folder were being removed (their
+    own transaction, before the others). The run stops there, changing nothing.
+    """
     owner, name = FAULT_TARGETS[target]
     real = getattr(owner, name)
     calls = [0]
-    fired = [False]
+    fired: list[bool] = [False]
+    first = [False]
 
     def faulty(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
         calls[0] += 1
         if calls[0] == at + 1 and not fired[0]:
             fired[0] = True
+            fired.append(first[0])
             if kind == "interrupt":
                 raise KeyboardInterrupt
             raise DiskFullError
         return result
 
+    def before_any_commit(call: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            first[0] = True
+            try:
+                return call(*args, **kwargs)
+            finally:
+                first[0] = False
+
+        return wrapped
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(owner, name, faulty)
+        mp.setattr(indexer, "_remove", before_any_commit(indexer._remove))
+        mp.setattr(sqlite.SQLiteFaissIndex, "build", before_any_commit(sqlite.SQLiteFaissIndex.build))
         yield fired
 
 
@@ -321,7 +353,7 @@ class CliMachine(RuleBasedStateMachine):
             code, out, err = run("index", str(self.folder), "--store", str(self.store), "--no-wait")
         event(f"index fault: {fault if fired[0] or faiss_calls[0] else None}")
         if fired[0]:
-            self._failed(fault or "", code, err, gone)
+            self._failed(fault or "", code, err, set() if fired[1] else gone)
             return
         if not self.disk and not gone:
             assert code == 1, (out, err)
