@@ -8,6 +8,11 @@ Any other store is searched by vector when it offers
 ``similarity_search_with_score_by_vector`` (scores turned into relevance,
 higher is better, by the store's own rule), else by
 ``similarity_search_with_relevance_scores``.
+
+Writes are all or nothing: ``FaissIndex`` undoes its own steps; another store
+has the new keys of a failed add removed again, and the leaves a failed delete
+took added again (read with ``get_by_ids`` before, embedded again by the
+store), before the error or interrupt goes on up.
 """
 
 from __future__ import annotations

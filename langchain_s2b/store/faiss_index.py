@@ -8,6 +8,14 @@ metadata are columns (:mod:`~langchain_s2b.store.records`), made into a
 ``faiss.write_index``, the columns as numpy arrays and one UTF-8 file, and the
 header as JSON; loading reads them as they are (no pickle, nothing per row).
 
+Every write is all or nothing: its steps (FAISS, the lexical index, the
+records) each register their undo before they run, the new rows are written
+before the rows they replace are removed, and the records are published last;
+an error, Ctrl-C or a cancellation just before or just after any step leaves
+the index as it was (see ``FaissIndex._writing``). :meth:`FaissIndex.damage`
+says where the records and FAISS disagree anyway (an undo that failed too) and
+:meth:`FaissIndex.mend` drops what does not agree (``verify``).
+
 Deletion works for every index type. Where FAISS removes vectors and
 renumbers the rest, as ``IndexIDMap2`` needs (``Flat``, ``PQ``, ``SQ``: the flat
 code indexes), they are removed. Elsewhere the deleted rows become
@@ -17,9 +25,9 @@ wrong rows and a second removal aborts the process (FAISS 1.15). A
 tombstone's key and text are gone at once; searches leave the tombstones out
 with an ``IDSelector`` (so a search asks for no more rows than it needs); the
 index is rebuilt from its
-live vectors (a reset clone, so training and search parameters stay) when the
-tombstones reach a quarter of it and before every save, so a saved file holds
-live vectors only. NSG can not add after its first build and is refused.
+live vectors (a reset clone, so training and search parameters stay) before a
+write once the tombstones reach a quarter of it, and before every save, so a
+saved file holds live vectors only. NSG can not add after its first build and is refused.
 
 A metadata filter is applied before the search, not after it: the index
 keeps the rows of each source (the ``source_key`` of the leaf metadata; the
@@ -440,7 +448,6 @@ class FaissIndex(VectorStore):
         if lexical is None or not rows:
             return
         back = [found for found in held if found is not None]
-        steps.then(lambda: lexical.add(back))
         lexical.delete([key for key in map(self._rows.key, rows) if key is not None])
 
     def _add_records(self, steps: Undo, rows: list[int], entries: list[Record]) -> None:

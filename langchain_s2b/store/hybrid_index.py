@@ -27,7 +27,11 @@ Every write is one commit: vectors then text on add, text then vectors on
 delete (the part that can be put back goes first), and the part already done is
 undone when the other fails or is interrupted, before the error goes on up. So
 the operation that asked (``lifecycle``) sees a write that happened whole or
-not at all, and undoes it as it undoes any other.
+not at all, and undoes it as it undoes any other. A retriever with
+``hybrid=False`` gets a :class:`DenseChildIndex`: it does not search the text,
+but writes through the lexical index another retriever keeps for the same
+store object (a copy, or any retriever of the process), so that index, filled
+once, never misses a leaf.
 """
 
 from __future__ import annotations

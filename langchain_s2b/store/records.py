@@ -11,6 +11,10 @@ few numbers in numpy arrays:
   it is exactly that (every leaf the retriever writes), found through one small
   array per ``(source key, level)``; any other key is kept in a dict.
 
+:meth:`Records.add` and :meth:`Records.remove` are all or nothing: a key names
+its row only once the row is written, and is mapped last (live and counted with
+it); an interrupt on the way unmaps what was mapped.
+
 A row's text, metadata and key are made again only when asked for
 (:meth:`Records.record`). :meth:`Records.write` and :meth:`Records.read` save
 them as numpy arrays (``np.savez``, read with ``allow_pickle=False``), a UTF-8

@@ -125,6 +125,36 @@ class TestFindings:
         assert len(index) == 4
         _whole(index)
 
+    @pytest.mark.parametrize("named", [False, True])
+    def test_an_interrupt_inside_a_records_remove_maps_every_row_again(
+        self, named: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The records' own undo: keys unmapped before the interrupt name their rows again."""
+        records = records_module.Records()
+        keys = [f"other:{i}" if named else f"s/c/{i}" for i in range(4)]
+        metas = [{"source_key": "s", "level": "c", "split_id": i, "start": i, "end": i + 1}
+                 for i in range(4)]  # fmt: skip
+        records.add([0, 1, 2, 3], keys, ["a", "b", "c", "d"], metas)
+        real = records_module.Records._unmap
+        calls = [0]
+
+        def interrupted(self: Any, row: int) -> str | None:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise KeyboardInterrupt
+            return real(self, row)
+
+        monkeypatch.setattr(records_module.Records, "_unmap", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            records.remove([0, 2, 3])
+        monkeypatch.undo()
+        assert len(records) == 4
+        assert [records.row(key) for key in keys] == [0, 1, 2, 3]
+        assert [records.record(row) for row in range(4)] == [
+            (key, text, meta) for key, text, meta in zip(keys, "abcd", metas, strict=True)
+        ]
+        assert sorted(records.source_rows("s").tolist()) == [0, 1, 2, 3]
+
     @pytest.mark.parametrize("kind", ["interrupt", "cancel", "error"])
     def test_ctrl_c_just_after_faiss_dropped_the_vectors_keeps_the_source_found(
         self, kind: str
