@@ -4,8 +4,9 @@
 with ``$eq $ne $gt $gte $lt $lte $in $nin`` (a bare value means ``$eq``) and
 combine with ``$and $or $not``. Values compare as JSON reads them: a tuple is
 an array, equal to the list of the same items (metadata is saved as JSON, so a
-tuple comes back a list; a store that filters in its own engine sees an array). A callable on the metadata dict is accepted too
-by the in-memory indexes. :class:`~langchain_s2b.store.faiss_index.FaissIndex`
+tuple comes back a list; a store that filters in its own engine sees an
+array). A callable on the metadata dict is accepted too by the in-memory
+indexes. :class:`~langchain_s2b.store.faiss_index.FaissIndex`
 evaluates it after its search (FAISS has no metadata);
 :func:`~langchain_s2b.store.child_index.native_filter` translates it for other
 child indexes.
@@ -18,7 +19,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 Filter = dict[str, Any] | Callable[[dict[str, Any]], bool]
-
 
 
 def _equal(value: Any, other: Any) -> bool:

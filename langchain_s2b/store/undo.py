@@ -30,7 +30,7 @@ class Undo:
         for undo in reversed(self._undo):
             try:
                 undo()
-            except Exception as undo_err:  # noqa: PERF203  # each undo is tried
+            except Exception as undo_err:  # each undo is tried
                 warn_undo(err, undo_err)
 
 
@@ -50,7 +50,7 @@ async def undone(err: BaseException, *undos: Callable[[], Awaitable[object]]) ->
     for undo in reversed(undos):
         try:
             await undo()
-        except Exception as undo_err:  # noqa: PERF203  # each undo is tried
+        except Exception as undo_err:  # each undo is tried
             warn_undo(err, undo_err)
 
 

@@ -220,7 +220,8 @@ def fault_at(kind: str, target: str, at: int) -> Iterator[list[bool]]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(owner, name, faulty)
         mp.setattr(indexer, "_remove", before_any_commit(indexer._remove))
-        mp.setattr(sqlite.SQLiteFaissIndex, "build", before_any_commit(sqlite.SQLiteFaissIndex.build))
+        build = before_any_commit(sqlite.SQLiteFaissIndex.build)
+        mp.setattr(sqlite.SQLiteFaissIndex, "build", build)
         yield fired
 
 

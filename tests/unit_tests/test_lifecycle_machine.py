@@ -240,6 +240,8 @@ def _inside(steps: list[str]) -> st.SearchStrategy[tuple[str, str, str]]:
     return st.tuples(
         st.sampled_from(steps), st.sampled_from(list(KINDS)), st.sampled_from(["before", "after"])
     )
+
+
 CANCEL_AFTER = 0.05
 """Seconds before a cancelled write's caller gives up; the slow write takes 10x that."""
 
