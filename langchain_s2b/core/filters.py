@@ -148,8 +148,8 @@ def filter_key(flt: Any) -> Hashable | None:
     """
     kind = type(flt)
     if kind is dict:
-        items = [(filter_key(k), filter_key(v)) for k, v in flt.items()]
-        return None if any(k is None or v is None for k, v in items) else ("d", tuple(items))
+        pairs = [(filter_key(k), filter_key(v)) for k, v in flt.items()]
+        return None if any(k is None or v is None for k, v in pairs) else ("d", tuple(pairs))
     if kind is list or kind is tuple:
         items = [filter_key(v) for v in flt]
         return None if any(v is None for v in items) else (kind.__name__, tuple(items))

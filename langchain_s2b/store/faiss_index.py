@@ -371,9 +371,7 @@ class FaissIndex(VectorStore):
         finally:
             self._version += 1
 
-    def _add_to_faiss(
-        self, steps: Undo, vectors: np.ndarray, rows: np.ndarray
-    ) -> tuple[Any, bool]:
+    def _add_to_faiss(self, steps: Undo, vectors: np.ndarray, rows: np.ndarray) -> tuple[Any, bool]:
         """Add vectors under new rows: the index now holding them, and whether staging ended.
 
         While an IVF/PQ index waits for enough vectors to train on, they are
@@ -425,9 +423,7 @@ class FaissIndex(VectorStore):
         steps.then(put_back)
         index.remove_ids(np.asarray(rows, dtype=np.int64))
 
-    def _add_text(
-        self, steps: Undo, entries: list[Record], replaced: list[Record | None]
-    ) -> None:
+    def _add_text(self, steps: Undo, entries: list[Record], replaced: list[Record | None]) -> None:
         """Write the leaves' text into the lexical index, once it is built (replacing)."""
         lexical = self._lexical
         if lexical is None or not entries:
@@ -448,6 +444,7 @@ class FaissIndex(VectorStore):
         if lexical is None or not rows:
             return
         back = [found for found in held if found is not None]
+        steps.then(lambda: lexical.add(back))
         lexical.delete([key for key in map(self._rows.key, rows) if key is not None])
 
     def _add_records(self, steps: Undo, rows: list[int], entries: list[Record]) -> None:
@@ -462,9 +459,7 @@ class FaissIndex(VectorStore):
         keys, texts, metas = zip(*entries, strict=True)
         self._rows.add(rows, keys, texts, metas)
 
-    def _remove_records(
-        self, steps: Undo, rows: list[int], held: list[Record | None]
-    ) -> None:
+    def _remove_records(self, steps: Undo, rows: list[int], held: list[Record | None]) -> None:
         """Remove rows from the records (added again, from ``held``, on a failure)."""
         if not rows:
             return

@@ -139,7 +139,7 @@ class DenseChildIndex(ChildIndex):
             return
         held = own.entries(set(keys))
         with all_or_nothing() as undo:
-            undo.then(lambda: held and own.add(held))
+            undo.then(lambda: own.add(held))
             own.delete(keys)
             super().delete(keys)
 

@@ -270,7 +270,11 @@ class Records:
             return
         index = np.asarray(rows, dtype=np.int64)
         live = (index >= 0) & (index < self._live.size)
-        if not live.all() or not self._live.data[index].all() or len(np.unique(index)) != len(index):
+        if (
+            not live.all()
+            or not self._live.data[index].all()
+            or len(np.unique(index)) != len(index)
+        ):
             msg = f"Rows to remove must be distinct live rows; got {list(rows)[:8]}."
             raise ValueError(msg)
         unmapped: list[tuple[int, str | None]] = []
@@ -631,7 +635,7 @@ def _whole_shape(shapes: Shapes, meta: dict[str, Any]) -> int:
     """A shape holding ``meta`` whole (numbers included), for saving; ``ValueError`` if not JSON."""
     try:
         if not all(isinstance(k, str) for k in meta):
-            named = [k for k in meta if not isinstance(k, str)][0]
+            named = next(k for k in meta if not isinstance(k, str))
             msg = f"the key {named!r} is not a string"
             raise TypeError(msg)
         text = json.dumps([[k, v] for k, v in meta.items()], allow_nan=False)
