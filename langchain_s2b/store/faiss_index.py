@@ -406,7 +406,7 @@ class FaissIndex(VectorStore):
 
     def _remove_from_faiss(self, steps: Undo, index: Any, rows: list[int]) -> None:
         """Remove rows' vectors where FAISS can (kept, to be put back), else make tombstones."""
-        if not rows:
+        if not rows or index is None:
             return
         if not _removable(index):
             fresh = [row for row in rows if row not in self._dead]
