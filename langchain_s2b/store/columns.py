@@ -95,10 +95,10 @@ class Shapes:
             text = json.dumps(pairs, separators=(",", ":"), allow_nan=False)  # ASCII: one line
         except (TypeError, ValueError):
             return None
+        if json.loads(text) != pairs:  # a tuple, a nested non-string key ... would change
+            return None
         found_shape = self._index.get(text)
         if found_shape is None:
-            if json.loads(text) != pairs:  # a tuple, a non-string key ... would change
-                return None
             found_shape = self._index[text] = len(self.texts)
             self.texts.append(text)
         if self._batch:

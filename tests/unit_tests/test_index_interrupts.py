@@ -550,6 +550,14 @@ class TestMetadataAndFilters:
             {"tags": ["x", "y"]},
         ]
 
+    def test_a_tuple_after_a_list_of_the_same_items_stays_a_tuple(self) -> None:
+        """Before: the list's shape (same JSON) was reused, and the tuple came back a list."""
+        index = FaissIndex(DeterministicFakeEmbedding(size=DIM))
+        index.add_texts(["a"], [{"t": [0]}], ids=["1"])
+        index.add_texts(["b"], [{"t": (0,)}], ids=["2"])
+        got = [d.metadata["t"] for d in index.get_by_ids(["1", "2"])]
+        assert [(type(t), t) for t in got] == [(list, [0]), (tuple, (0,))]
+
     @pytest.mark.parametrize(
         ("first", "second", "want"),
         [
