@@ -22,7 +22,10 @@ its rows, inside the write transaction):
   leaves, in the transaction that removes them first, or an updated file's
   previous ones, in its group's): the transaction it fired in left nothing
   (when that is the removal of the files that left the folder, the run stops
-  there and they stay indexed);
+  there and they stay indexed). Removing an updated file's previous leaves
+  comes after the update's commit record: an ``OSError`` there is a warning
+  (exit 0, the update stands) and leaves the previous leaves, whole, for
+  ``verify --repair`` to remove;
 - the FAISS file write fails (``OSError`` from ``faiss.write_index``): the
   commit stands (exit 0); the next reader builds the file of that commit once
   from the database, and the one after it reads the file.
@@ -85,6 +88,7 @@ from hypothesis.stateful import (
 )
 
 from langchain_s2b.cli import actions, indexer
+from langchain_s2b.core import lifecycle
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import DB_FILE, Store, open_store
 from langchain_s2b.cli.querying import query_options
@@ -185,43 +189,55 @@ def run(*argv: str) -> tuple[int, str, str]:
 def fault_at(kind: str, target: str, at: int) -> Iterator[list[bool]]:
     """Raise after call number ``at`` of the target has written its rows; yields [fired].
 
-    ``fired`` gets a second item: whether it fired before any transaction
-    could commit: while FAISS was built from the database as the run opened the
-    store, or while the files that left the folder were being removed (their
-    own transaction, before the others). The run stops there, changing nothing.
+    ``fired`` gets a second item, where it fired: ``"first"`` before any
+    transaction could commit (while FAISS was built from the database as the
+    run opened the store, or while the files that left the folder were being
+    removed, in their own transaction: the run stops there, changing nothing),
+    ``"cleanup"`` while an updated source's previous leaves were removed after
+    its commit record, else ``""``.
     """
     owner, name = FAULT_TARGETS[target]
     real = getattr(owner, name)
     calls = [0]
-    fired: list[bool] = [False]
-    first = [False]
+    fired: list[Any] = [False]
+    phase = [""]
 
     def faulty(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
         calls[0] += 1
         if calls[0] == at + 1 and not fired[0]:
             fired[0] = True
-            fired.append(first[0])
+            fired.append(phase[0])
             if kind == "interrupt":
                 raise KeyboardInterrupt
             raise DiskFullError
         return result
 
-    def before_any_commit(call: Any) -> Any:
+    def first(call: Any) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            first[0] = True
+            phase[0] = "first"
             try:
                 return call(*args, **kwargs)
             finally:
-                first[0] = False
+                phase[0] = ""
+
+        return wrapped
+
+    def cleanup(op: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            phase[0] = "cleanup"
+            try:
+                return (yield from op(*args, **kwargs))
+            finally:
+                phase[0] = ""
 
         return wrapped
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(owner, name, faulty)
-        mp.setattr(indexer, "_remove", before_any_commit(indexer._remove))
-        build = before_any_commit(sqlite.SQLiteFaissIndex.build)
-        mp.setattr(sqlite.SQLiteFaissIndex, "build", build)
+        mp.setattr(indexer, "_remove", first(indexer._remove))
+        mp.setattr(sqlite.SQLiteFaissIndex, "build", first(sqlite.SQLiteFaissIndex.build))
+        mp.setattr(lifecycle, "_cleanup", cleanup(lifecycle._cleanup))
         yield fired
 
 
@@ -353,8 +369,10 @@ class CliMachine(RuleBasedStateMachine):
                 faiss_calls = stack.enter_context(faiss_write_fails())
             code, out, err = run("index", str(self.folder), "--store", str(self.store), "--no-wait")
         event(f"index fault: {fault if fired[0] or faiss_calls[0] else None}")
-        if fired[0]:
-            self._failed(fault or "", code, err, set() if fired[1] else gone)
+        if fired[0] and fired[1] == "cleanup" and fault == "error:faiss-remove":
+            err = self._leftovers_repaired(err)
+        elif fired[0]:
+            self._failed(fault or "", code, err, set() if fired[1] == "first" else gone)
             return
         if not self.disk and not gone:
             assert code == 1, (out, err)
@@ -372,6 +390,25 @@ class CliMachine(RuleBasedStateMachine):
             self._next_reader_builds_once(current)
         if current.exists():
             shutil.copy(current, self.kept / current.name)
+
+    def _leftovers_repaired(self, err: str) -> str:
+        """An error removing the previous leaves after the commit: a warning; repair removes them.
+
+        Returns ``err`` less the warning (the run itself succeeded).
+        """
+        warning = (
+            "s2b: warning: The new versions are written, but removing the previous ones failed "
+            "(DiskFullError(5, 'injected write failure')); run verify(repair=True) to remove what "
+            "is left.\n"
+        )
+        assert err.endswith(warning), err
+        code, out, verify_err = run("verify", "--store", str(self.store))
+        assert code == 1, (out, verify_err)
+        assert "orphan(s)" in out.splitlines()[1], out
+        code, out, verify_err = run("verify", "--repair", "--store", str(self.store))
+        assert (code, verify_err) == (0, ""), (out, verify_err)
+        assert out.splitlines()[-1].startswith("repaired: 0 document(s) rebuilt"), out
+        return err.removesuffix(warning)
 
     def _failed(self, fault: str, code: int, err: str, gone: set[str]) -> None:
         """A fault inside the write transaction: that transaction left nothing behind."""
