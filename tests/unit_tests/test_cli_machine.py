@@ -88,10 +88,10 @@ from hypothesis.stateful import (
 )
 
 from langchain_s2b.cli import actions, indexer
-from langchain_s2b.core import lifecycle
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import DB_FILE, Store, open_store
 from langchain_s2b.cli.querying import query_options
+from langchain_s2b.core import lifecycle
 from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.tree import DOC_LEVEL
