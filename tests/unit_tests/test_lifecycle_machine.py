@@ -44,7 +44,7 @@ lexical index of ``FaissIndex`` keeps keys only (its text is in the records),
 so each vocabulary word's matches are compared with the leaves whose analysed
 text holds it.
 
-CI (``CI=true``) runs 100 sequences of 12 steps for each machine.
+CI (``CI=true``) runs 90 sequences of 12 steps for each machine.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ from ._embeddings import BagOfWords
 from ._faults import KINDS, WRITE_STEPS, fault_at
 
 CI = os.environ.get("CI", "").lower() == "true"
-SEQUENCES = 100 if CI else 12
+SEQUENCES = 90 if CI else 12
 STEPS = 12 if CI else 10
 DIM = 256
 
