@@ -427,6 +427,12 @@ class FaissIndexMachine(RuleBasedStateMachine):
         if built is not None:
             found = {key for key, _ in built.search("walrus", len(self.model) + 1)}
             assert found == set(self.model)
+        if not index._dead:  # saved and loaded, it holds the same (a save drops tombstones)
+            where = self.root / "alone"
+            shutil.rmtree(where, ignore_errors=True)
+            index.save(where)
+            loaded = FaissIndex.load(where, index.embedding)
+            assert _state(loaded)["records"] == _state(index)["records"]
         for key, (_, _, vector) in self.model.items():
             scores = index.scores_of(np.asarray(vector), index.rows_of([key]))
             assert scores is not None
