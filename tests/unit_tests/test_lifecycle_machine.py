@@ -229,7 +229,7 @@ FAULTS = st.sampled_from(
     [None, None, "embedding", "docstore", "index", "lexical", "interrupt", "cancel", "cleanup"]
     + ["inside"] * 3
 )
-DELETE_FAULTS = st.sampled_from([None, None, "docstore", "index", "lexical", "inside", "inside"])
+DELETE_FAULTS = st.sampled_from([None, None, "docstore", "index", "lexical"])
 _ADDING = ["records.add", "faiss.add", "lexical.add"]
 """Steps of writing the new leaves (the others remove: a delete, or the cleanup of an update)."""
 _REMOVING = [step for step in WRITE_STEPS if step not in _ADDING]
@@ -447,14 +447,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         chosen=st.lists(st.sampled_from([*SOURCES, "never-added"]), max_size=3, unique=True),
         fault=DELETE_FAULTS,
         use_async=st.booleans(),
-        inside=_inside(_REMOVING),
     )
-    def delete(
-        self, chosen: list[str], fault: str | None, use_async: bool, inside: tuple[str, str, str]
-    ) -> None:
-        if fault == "inside":
-            self._delete_inside(chosen, use_async, inside)
-            return
+    def delete(self, chosen: list[str], fault: str | None, use_async: bool) -> None:
         index = self._index()
         lexical = index.lexical()
         real_delete, real_lexical_delete = index.delete, lexical.delete
@@ -493,10 +487,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         for sid in deleted:
             del self.model[sid]
 
-    def _delete_inside(
-        self, chosen: list[str], use_async: bool, inside: tuple[str, str, str]
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data(), use_async=st.booleans(), inside=_inside(_REMOVING))
+    def delete_with_a_fault_inside(
+        self, data: st.DataObject, use_async: bool, inside: tuple[str, str, str]
     ) -> None:
-        """Delete with a fault at one step inside ``FaissIndex``: all or nothing."""
+        """Delete sources the model holds, with a fault at one step inside ``FaissIndex``."""
+        held = st.sampled_from(sorted(self.model))
+        chosen = data.draw(st.lists(held, min_size=1, max_size=2, unique=True))
+        if data.draw(st.booleans()):
+            chosen.append("never-added")
         step, kind, when = inside
         present = [sid for sid in chosen if sid in self.model]
         deleted: list[str] | None = None
