@@ -67,7 +67,7 @@ from langchain_s2b.store import persist
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.codec import DocumentCodecStore
 from langchain_s2b.store.faiss_index import FaissIndex
-from langchain_s2b.store.hybrid_index import HybridChildIndex
+from langchain_s2b.store.hybrid_index import DenseChildIndex, HybridChildIndex
 from langchain_s2b.store.node_store import NodeStore
 from langchain_s2b.store.runner import Runner
 from langchain_s2b.store.situator import ContextWriter, model_name
@@ -234,7 +234,9 @@ class SmallToBigRetriever(BaseRetriever):
         self._levels = check_levels(
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
-        index = HybridChildIndex(self.vectorstore) if self.hybrid else ChildIndex(self.vectorstore)
+        index: ChildIndex = (
+            HybridChildIndex(self.vectorstore) if self.hybrid else DenseChildIndex(self.vectorstore)
+        )
         contexts = None
         if self.context_model is not None:
             cache = self.context_cache if self.context_cache is not None else self._contexts

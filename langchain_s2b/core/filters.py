@@ -2,8 +2,11 @@
 
 ``{"year": {"$gte": 2020}, "lang": {"$in": ["en", "fr"]}}``: fields compare
 with ``$eq $ne $gt $gte $lt $lte $in $nin`` (a bare value means ``$eq``) and
-combine with ``$and $or $not``. A callable on the metadata dict is accepted too
-by the in-memory indexes. :class:`~langchain_s2b.store.faiss_index.FaissIndex`
+combine with ``$and $or $not``. Values compare as JSON reads them: a tuple is
+an array, equal to the list of the same items (metadata is saved as JSON, so a
+tuple comes back a list; a store that filters in its own engine sees an
+array). A callable on the metadata dict is accepted too by the in-memory
+indexes. :class:`~langchain_s2b.store.faiss_index.FaissIndex`
 evaluates it after its search (FAISS has no metadata);
 :func:`~langchain_s2b.store.child_index.native_filter` translates it for other
 child indexes.
@@ -12,31 +15,70 @@ child indexes.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 Filter = dict[str, Any] | Callable[[dict[str, Any]], bool]
 
+
+def _equal(value: Any, other: Any) -> bool:
+    """``value == other``, a tuple and a list being equal when their items are (JSON arrays)."""
+    if isinstance(value, list | tuple) and isinstance(other, list | tuple):
+        return len(value) == len(other) and all(map(_equal, value, other))
+    return bool(value == other)
+
+
+def _among(value: Any, options: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return any(_equal(value, option) for option in options)
+    return value in options
+
+
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "$eq": operator.eq,
-    "$ne": operator.ne,
+    "$eq": _equal,
+    "$ne": lambda value, other: not _equal(value, other),
     "$gt": operator.gt,
     "$gte": operator.ge,
     "$lt": operator.lt,
     "$lte": operator.le,
-    "$in": lambda value, options: value in options,
-    "$nin": lambda value, options: value not in options,
+    "$in": _among,
+    "$nin": lambda value, options: not _among(value, options),
 }
 
 
 def check_filter(flt: Any) -> None:
-    """Raise ``ValueError`` unless ``flt`` is ``None``, a dict or a callable."""
+    """Raise ``ValueError`` unless ``flt`` is ``None``, a dict with string keys or a callable."""
     if flt is not None and not isinstance(flt, dict) and not callable(flt):
         msg = (
             "filter must be a metadata dict such as {'year': {'$gte': 2020}} "
             f"(or a callable on the metadata dict); got {type(flt).__name__}."
         )
         raise ValueError(msg)
+    key = _non_string_key(flt)
+    if key is not _NONE:
+        msg = (
+            f"A filter's field names and operators are strings (metadata keys are); got {key!r} "
+            f"({type(key).__name__}) in {flt!r:.80}."
+        )
+        raise ValueError(msg)
+
+
+_NONE = object()
+
+
+def _non_string_key(flt: Any) -> Any:
+    """The first dict key in a filter (at any depth) that is not a string, else ``_NONE``."""
+    if isinstance(flt, dict):
+        for key, cond in flt.items():
+            found = key if not isinstance(key, str) else _non_string_key(cond)
+            if found is not _NONE:
+                return found
+    elif isinstance(flt, list):
+        for sub in flt:
+            found = _non_string_key(sub)
+            if found is not _NONE:
+                return found
+    return _NONE
 
 
 def check_dict_filter(flt: Any) -> None:
@@ -91,10 +133,29 @@ def matches_filter(metadata: dict[str, Any], flt: Filter | None) -> bool:
         elif isinstance(cond, dict):
             ok = all(_apply(op, metadata.get(field), arg) for op, arg in cond.items())
         else:
-            ok = metadata.get(field) == cond
+            ok = _equal(metadata.get(field), cond)
         if not ok:
             return False
     return True
+
+
+def filter_key(flt: Any) -> Hashable | None:
+    """A key that two filters share only when they select the same metadata (for a cache).
+
+    Exact types only (a tuple is not a list, ``1`` not ``True``, ``2020`` not
+    ``"2020"``): two filters that differ get two keys. ``None`` for a filter
+    holding anything else (a callable, a numpy array): do not cache it.
+    """
+    kind = type(flt)
+    if kind is dict:
+        pairs = [(filter_key(k), filter_key(v)) for k, v in flt.items()]
+        return None if any(k is None or v is None for k, v in pairs) else ("d", tuple(pairs))
+    if kind is list or kind is tuple:
+        items = [filter_key(v) for v in flt]
+        return None if any(v is None for v in items) else (kind.__name__, tuple(items))
+    if kind in (str, int, float, bool, type(None)):
+        return (kind.__name__, flt)
+    return None
 
 
 def _apply(op: str, value: Any, arg: Any) -> bool:

@@ -145,16 +145,38 @@ def _check_own_fields(doc: Document, position: int, source_id: str) -> None:
 
 
 def _check_json_metadata(doc: Document, position: int) -> None:
-    """Metadata must be plain JSON: it is stored on every node and saved without pickle."""
+    """Metadata must be plain JSON: it is stored on every node and saved without pickle.
+
+    Its keys are strings at every depth (``Document.metadata`` is a
+    ``dict[str, Any]``; JSON would write ``2020`` as ``"2020"``).
+    """
+    name = f"id={doc.id!r}" if doc.id else f"#{position} ({doc.page_content[:30]!r})"
+    keys = _non_string_keys(doc.metadata)
+    if keys:
+        key = keys[0]
+        msg = (
+            f"Document {name} has a metadata key that is not a string: {key!r} "
+            f"({type(key).__name__}); metadata keys must be strings (e.g. {str(key)!r})."
+        )
+        raise ValueError(msg)
     try:
         json.dumps(doc.metadata, allow_nan=False)
     except (TypeError, ValueError) as err:
-        name = f"id={doc.id!r}" if doc.id else f"#{position} ({doc.page_content[:30]!r})"
         msg = (
             f"Document {name} has metadata that is not JSON-serialisable ({err}); use str, int, "
             "float, bool, None, and lists and dicts of them (e.g. a date as an ISO string)."
         )
         raise ValueError(msg) from None
+
+
+def _non_string_keys(value: object) -> list[object]:
+    """The dict keys in ``value`` (at any depth) that are not strings."""
+    if isinstance(value, dict):
+        found = [key for key in value if not isinstance(key, str)]
+        return found or [k for item in value.values() for k in _non_string_keys(item)]
+    if isinstance(value, list | tuple):
+        return [key for item in value for key in _non_string_keys(item)]
+    return []
 
 
 def digest(doc: Document, config: str) -> str:

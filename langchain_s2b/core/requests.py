@@ -186,6 +186,25 @@ class ListChildren(Request[tuple[set[str] | None, bool]]):
     candidates: list[str]
 
 
+class ChildDamage(NamedTuple):
+    """Where a child index's own parts disagree (an interrupted write whose undo failed)."""
+
+    unindexed: list[str]
+    """Leaf keys it holds a record for but no vector."""
+    stray: int
+    """Vectors it holds for no leaf."""
+
+
+@dataclass(frozen=True)
+class CheckChildren(Request[ChildDamage | None]):
+    """Whether the child index's records and vectors agree (``None``: it can not say)."""
+
+
+@dataclass(frozen=True)
+class MendChildren(Request[None]):
+    """Drop the child index's records without a vector and its vectors without a record."""
+
+
 Op = Generator[Request[Any], Any, T]
 """An operation: yields requests, receives their answers, returns ``T``."""
 

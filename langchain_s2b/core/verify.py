@@ -12,7 +12,11 @@ and reports:
   interrupted delete or upsert, a source written by hand), including every
   node of a generation that no manifest names;
 - with hybrid search, leaves the lexical index lacks or holds beyond the
-  manifests (repair builds it again from the child index or the docstore).
+  manifests (repair builds it again from the child index or the docstore);
+- *unindexed children* and *stray vectors*: a child index whose own parts
+  disagree (``FaissIndex``: a leaf's record without its vector, a vector
+  without a record; what an interrupted write leaves when its undo fails too).
+  Repair drops both, and indexes the sources of those leaves again.
 
 With ``digests``, every source is also checked against its manifest's
 digest, which covers its text, its metadata, the split configuration and the
@@ -51,9 +55,11 @@ from langchain_s2b.core.ingest import (
 )
 from langchain_s2b.core.keys import is_manifest_key, is_node_key, level_of, node_key, source_key_of
 from langchain_s2b.core.requests import (
+    CheckChildren,
     Fetch,
     LexicalKeys,
     ListChildren,
+    MendChildren,
     Op,
     RebuildLexical,
     Remove,
@@ -87,6 +93,10 @@ class VerifyReport:
     """Leaf keys the manifests list but the lexical index lacks (hybrid search)."""
     lexical_orphans: list[str] = field(default_factory=list)
     """Keys the lexical index holds that no manifest lists."""
+    unindexed_children: list[str] = field(default_factory=list)
+    """Leaf keys the child index holds a record for but no vector (no search finds them)."""
+    stray_vectors: int = 0
+    """Vectors the child index holds for no leaf."""
     bad_digests: list[str] = field(default_factory=list)
     """Source ids whose stored text, metadata or manifest do not give the manifest's digest."""
     bad_nodes: dict[str, list[str]] = field(default_factory=dict)
@@ -110,6 +120,8 @@ class VerifyReport:
             or self.orphan_children
             or self.lexical_missing
             or self.lexical_orphans
+            or self.unindexed_children
+            or self.stray_vectors
             or self.bad_digests
             or self.bad_nodes
         )
@@ -157,6 +169,9 @@ def check(config: lifecycle.Config, *, repair: bool, digests: bool = False) -> O
                 report.missing_children[sid] = missing
         if complete:
             report.orphan_children = sorted(children - set(all_leaves))
+    damage = yield from ask(CheckChildren())
+    if damage is not None:
+        report.unindexed_children, report.stray_vectors = sorted(damage.unindexed), damage.stray
     lexical = yield from ask(LexicalKeys())
     if lexical is not None:
         listed = set(all_leaves)
@@ -173,6 +188,8 @@ def _repair(
     config: lifecycle.Config, report: VerifyReport, manifests: dict[str, Document]
 ) -> Op[None]:
     leaf_level = config.levels[0].name
+    if report.unindexed_children or report.stray_vectors:
+        yield from ask(MendChildren())
     if report.bad_manifests:
         yield from ask(Remove(report.bad_manifests))
     if report.orphan_nodes:
@@ -183,7 +200,10 @@ def _repair(
         yield from ask(RemoveLeaves(report.orphan_children))
     by_id = {m.metadata["source_id"]: m for m in manifests.values()}
     untrusted = set(report.bad_digests)
+    unindexed = set(report.unindexed_children)
+    mended = {m.metadata["source_id"] for m in manifests.values() if unindexed & set(leaf_keys(m))}
     damaged = {*report.missing_nodes, *report.missing_children, *report.bad_nodes, *untrusted}
+    damaged |= mended
     for sid in sorted(damaged):
         manifest = by_id[sid]
         (doc,) = yield from ask(Fetch([node_key(nodes_key(manifest), DOC_LEVEL, 0)]))

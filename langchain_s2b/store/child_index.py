@@ -8,6 +8,11 @@ Any other store is searched by vector when it offers
 ``similarity_search_with_score_by_vector`` (scores turned into relevance,
 higher is better, by the store's own rule), else by
 ``similarity_search_with_relevance_scores``.
+
+Writes are all or nothing: ``FaissIndex`` undoes its own steps; another store
+has the new keys of a failed add removed again, and the leaves a failed delete
+took added again (read with ``get_by_ids`` before, embedded again by the
+store), before the error or interrupt goes on up.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.keys import parse_node_key
-from langchain_s2b.core.requests import Found, Vector
+from langchain_s2b.core.requests import ChildDamage, Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.undo import undone, warn_undo
 
 _BY_SCORE = operator.itemgetter(SCORE)
+Vectors = list[list[float]] | None
 
 
 class ChildIndex:
@@ -275,39 +282,65 @@ class ChildIndex:
         return _rows(await emb.aembed_documents(texts), len(texts))
 
     def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Index leaves under their ids (the node keys), with their vectors when given."""
+        """Index leaves under their ids (new keys: a generation's), with their vectors if given.
+
+        All or nothing: ``FaissIndex`` undoes its own steps; another store has
+        the new keys removed again when its add fails or is interrupted.
+        """
         if not leaves:
             return
         ids = [str(d.id) for d in leaves]
+        if self.faiss is not None:
+            texts = [d.page_content for d in leaves]
+            matrix = np.asarray(vectors, dtype=np.float32) if vectors is not None else None
+            if matrix is None:
+                self.faiss.add_texts(texts, [d.metadata for d in leaves], ids=ids)
+            else:
+                self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
+            return
+        try:
+            self._add_other(leaves, vectors, ids)
+        except BaseException as err:
+            try:
+                self._delete_keys(ids)
+            except Exception as undo_err:
+                warn_undo(err, undo_err)
+            raise
+
+    def _add_other(self, leaves: list[Document], vectors: Vectors, ids: list[str]) -> None:
         if vectors is None:
             self._check_embeds_notes(leaves)
             self.vectorstore.add_documents(leaves, ids=ids)
-        elif self.faiss is not None:
-            texts = [d.page_content for d in leaves]
-            matrix = np.asarray(vectors, dtype=np.float32)
-            self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
-        else:
-            store: Any = self.vectorstore
-            call = _embeddings_call(store, "add_embeddings")
-            store.add_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
+            return
+        store: Any = self.vectorstore
+        call = _embeddings_call(store, "add_embeddings")
+        store.add_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
 
     async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
         """Async :meth:`add`: the store's ``aadd_embeddings`` if it has one, else a thread."""
         if not leaves:
             return
         ids = [str(d.id) for d in leaves]
+        if self.faiss is not None:
+            await run_in_executor(None, self.add, leaves, vectors)
+            return
+        try:
+            await self._aadd_other(leaves, vectors, ids)
+        except BaseException as err:
+            await undone(err, lambda: self._adelete_keys(ids))
+            raise
+
+    async def _aadd_other(self, leaves: list[Document], vectors: Vectors, ids: list[str]) -> None:
         if vectors is None:
             self._check_embeds_notes(leaves)
             await self.vectorstore.aadd_documents(leaves, ids=ids)
             return
-        call = (
-            "" if self.faiss is not None else _embeddings_call(self.vectorstore, "aadd_embeddings")
-        )
+        call = _embeddings_call(self.vectorstore, "aadd_embeddings")
         if call:
             store: Any = self.vectorstore
             await store.aadd_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
         else:
-            await run_in_executor(None, self.add, leaves, vectors)
+            await run_in_executor(None, self._add_other, leaves, vectors, ids)
 
     def _check_embeds_notes(self, leaves: list[Document]) -> None:
         """Refuse leaves with a header or context for a store that embeds ``page_content`` itself.
@@ -328,9 +361,29 @@ class ChildIndex:
             raise ValueError(msg)
 
     def delete(self, keys: list[str]) -> None:
-        """Delete leaves; keys the store does not hold are ignored."""
+        """Delete leaves; keys the store does not hold are ignored.
+
+        All or nothing: ``FaissIndex`` undoes its own steps; another store is
+        asked for the leaves first (``get_by_ids``), and those it lost are
+        added again (embedded again by the store) when the delete fails or is
+        interrupted.
+        """
         if not keys:
             return
+        if self.faiss is not None:
+            self.faiss.delete(keys)
+            return
+        held = self._held(keys)
+        try:
+            self._delete_keys(keys)
+        except BaseException as err:
+            try:
+                self._put_back(keys, held)
+            except Exception as undo_err:
+                warn_undo(err, undo_err)
+            raise
+
+    def _delete_keys(self, keys: list[str]) -> None:
         try:
             self.vectorstore.delete(keys)
         except (ValueError, KeyError):
@@ -340,10 +393,36 @@ class ChildIndex:
                 except (ValueError, KeyError):
                     continue
 
+    def _held(self, keys: list[str]) -> list[Document]:
+        """The leaves among ``keys`` the store holds (``[]`` when it can not say)."""
+        try:
+            return list(self.vectorstore.get_by_ids(keys))
+        except NotImplementedError:
+            return []
+
+    def _put_back(self, keys: list[str], held: list[Document]) -> None:
+        if not held:
+            return
+        still = {str(doc.id) for doc in self._held(keys)}
+        lost = [doc for doc in held if str(doc.id) not in still]
+        if lost:
+            self.vectorstore.add_documents(lost, ids=[str(doc.id) for doc in lost])
+
     async def adelete(self, keys: list[str]) -> None:
         """Async :meth:`delete` (through the store's ``adelete``: async-only stores work)."""
         if not keys:
             return
+        if self.faiss is not None:
+            await run_in_executor(None, self.faiss.delete, keys)
+            return
+        held = await self._aheld(keys)
+        try:
+            await self._adelete_keys(keys)
+        except BaseException as err:
+            await undone(err, lambda: self._aput_back(keys, held))
+            raise
+
+    async def _adelete_keys(self, keys: list[str]) -> None:
         try:
             await self.vectorstore.adelete(keys)
         except (ValueError, KeyError):
@@ -352,6 +431,29 @@ class ChildIndex:
                     await self.vectorstore.adelete([key])
                 except (ValueError, KeyError):
                     continue
+
+    async def _aheld(self, keys: list[str]) -> list[Document]:
+        try:
+            return list(await self.vectorstore.aget_by_ids(keys))
+        except NotImplementedError:
+            return []
+
+    async def _aput_back(self, keys: list[str], held: list[Document]) -> None:
+        if not held:
+            return
+        still = {str(doc.id) for doc in await self._aheld(keys)}
+        lost = [doc for doc in held if str(doc.id) not in still]
+        if lost:
+            await self.vectorstore.aadd_documents(lost, ids=[str(doc.id) for doc in lost])
+
+    def damage(self) -> ChildDamage | None:
+        """Where the index's records and vectors disagree (``None``: a store that can not say)."""
+        return None if self.faiss is None else self.faiss.damage()
+
+    def mend(self) -> None:
+        """Make the index's records and vectors agree (``verify(repair=True)``)."""
+        if self.faiss is not None:
+            self.faiss.mend()
 
     def list_children(self, candidates: list[str]) -> tuple[set[str] | None, bool]:
         """The child index's keys and whether that is all of them.

@@ -9,7 +9,10 @@ dict's own order, a per-node number written as ``[name]``), and a node as
 dict and its values per node. Decoding gives back an equal dict with its keys
 in the same order; a dict that JSON can not give back equal (a tuple, a
 non-string key, a value JSON can not write) is not encoded (``encode`` returns
-``None``) and the caller keeps it whole.
+``None``) and the caller keeps it whole. Inside :meth:`Shapes.batch` (one write
+call), a sibling of the last dict encoded is recognised by identity, without
+writing its JSON again; between two calls a list may have changed in place, so
+the next call starts over.
 
 :class:`Column` is a growable numpy array; :func:`utf8_block` and
 :class:`TextBlocks` keep many strings as UTF-8 in a few ``bytes`` objects.
@@ -28,7 +31,8 @@ import math
 import operator
 import struct
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,7 @@ class Shapes:
         self._index: dict[str, int] = {}
         self._parsed: dict[int, tuple[dict[str, Any], tuple[str, ...], bool]] = {}
         self._last: _Sibling | None = None
+        self._batch = False
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -64,6 +69,19 @@ class Shapes:
         shapes._index = {text: i for i, text in enumerate(shapes.texts)}
         return shapes
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One write call: siblings are recognised by identity until it ends.
+
+        The objects of one call's metadata do not change during it; between
+        two calls a caller may change a list in place, so nothing is kept.
+        """
+        self._last, self._batch = None, True
+        try:
+            yield
+        finally:
+            self._last, self._batch = None, False
+
     def encode(self, meta: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
         """``(shape, split_id, start, end)`` of ``meta``, or ``None`` if JSON can not hold it."""
         last = self._last
@@ -71,6 +89,8 @@ class Shapes:
             found = last.match(meta)
             if found is not None:
                 return found
+        if not all(isinstance(name, str) for name in meta):  # JSON writes 2020 as "2020"
+            return None
         pairs: list[list[Any]] = []
         varying: list[str] = []
         numbers = _numbers(meta)
@@ -87,13 +107,14 @@ class Shapes:
             text = json.dumps(pairs, separators=(",", ":"), allow_nan=False)  # ASCII: one line
         except (TypeError, ValueError):
             return None
+        if json.loads(text) != pairs:  # a tuple, a nested non-string key ... would change
+            return None
         found_shape = self._index.get(text)
         if found_shape is None:
-            if json.loads(text) != pairs:  # a tuple, a non-string key ... would change
-                return None
             found_shape = self._index[text] = len(self.texts)
             self.texts.append(text)
-        self._last = _Sibling(meta, varying, found_shape)
+        if self._batch:
+            self._last = _Sibling(meta, varying, found_shape)
         return (found_shape, *numbers)
 
     def decode(self, shape: int, split_id: int, start: int, end: int) -> dict[str, Any]:

@@ -8,6 +8,14 @@ metadata are columns (:mod:`~langchain_s2b.store.records`), made into a
 ``faiss.write_index``, the columns as numpy arrays and one UTF-8 file, and the
 header as JSON; loading reads them as they are (no pickle, nothing per row).
 
+Every write is all or nothing: its steps (FAISS, the lexical index, the
+records) each register their undo before they run, the new rows are written
+before the rows they replace are removed, and the records are published last;
+an error, Ctrl-C or a cancellation just before or just after any step leaves
+the index as it was (see ``FaissIndex._writing``). :meth:`FaissIndex.damage`
+says where the records and FAISS disagree anyway (an undo that failed too) and
+:meth:`FaissIndex.mend` drops what does not agree (``verify``).
+
 Deletion works for every index type. Where FAISS removes vectors and
 renumbers the rest, as ``IndexIDMap2`` needs (``Flat``, ``PQ``, ``SQ``: the flat
 code indexes), they are removed. Elsewhere the deleted rows become
@@ -17,9 +25,9 @@ wrong rows and a second removal aborts the process (FAISS 1.15). A
 tombstone's key and text are gone at once; searches leave the tombstones out
 with an ``IDSelector`` (so a search asks for no more rows than it needs); the
 index is rebuilt from its
-live vectors (a reset clone, so training and search parameters stay) when the
-tombstones reach a quarter of it and before every save, so a saved file holds
-live vectors only. NSG can not add after its first build and is refused.
+live vectors (a reset clone, so training and search parameters stay) before a
+write once the tombstones reach a quarter of it, and before every save, so a
+saved file holds live vectors only. NSG can not add after its first build and is refused.
 
 A metadata filter is applied before the search, not after it: the index
 keeps the rows of each source (the ``source_key`` of the leaf metadata; the
@@ -41,7 +49,7 @@ import re
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,12 +60,14 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from langchain_s2b.core.filters import Filter, check_filter, matches_filter
+from langchain_s2b.core.filters import Filter, check_filter, filter_key, matches_filter
 from langchain_s2b.core.headers import embedded_text
+from langchain_s2b.core.requests import ChildDamage
 from langchain_s2b.core.tree import NODE_FIELDS
 from langchain_s2b.store.lexical_index import LexicalIndex
 from langchain_s2b.store.records import FILES as RECORD_FILES
-from langchain_s2b.store.records import Records, RowsByKey, RowStore
+from langchain_s2b.store.records import Record, Records, RowsByKey, RowStore
+from langchain_s2b.store.undo import Undo, all_or_nothing
 
 INDEX_FILE = "children.faiss"
 HEADER_FILE = "children.json"
@@ -139,8 +149,8 @@ class FaissIndex(VectorStore):
         self._version = 0
         self._dead_selector: tuple[int, Any, Any, np.ndarray] | None = None
         """``(version, selector, its parts)``: the tombstones left out of searches."""
-        self._filtered: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
-        """Matching rows per filter (its JSON), valid while ``_version`` is unchanged."""
+        self._filtered: OrderedDict[Hashable, tuple[int, np.ndarray]] = OrderedDict()
+        """Matching rows per filter (:func:`filter_key`), valid while ``_version`` is unchanged."""
         self._lexical: LexicalIndex | None = None
         """The leaves' text for BM25, built on first use and kept with every write after."""
         self._lock = threading.RLock()
@@ -219,25 +229,37 @@ class FaissIndex(VectorStore):
         matrix = normalise(np.asarray(vectors, dtype=np.float32))
         with self._lock:
             self._ensure_index(matrix.shape[1])
-            if not self._index.is_trained:
-                self._index.train(matrix)
+            self._train(matrix)
             self._unstage()
 
-    def _unstage(self) -> None:
-        """Train on the staged vectors if still needed, then move them to the index."""
-        staging, self._staging = self._staging, None
-        if staging is None or staging.ntotal == 0:
+    def _train(self, vectors: np.ndarray) -> None:
+        """Train the index if it is not yet (a FAISS failure is a ``ValueError``)."""
+        if self._index.is_trained:
             return
-        rows = faiss.vector_to_array(staging.id_map).astype(np.int64)
-        vectors = faiss.downcast_index(staging.index).reconstruct_n(0, staging.ntotal)
-        if not self._index.is_trained:
+        try:
+            self._index.train(vectors)
+        except RuntimeError as err:
+            msg = f"Training {self.index_factory!r} failed: {str(err).splitlines()[-1]}"
+            raise ValueError(msg) from None
+
+    def _unstage(self) -> None:
+        """Train on the staged vectors if still needed, then move them to the index.
+
+        The staged vectors stay staged until the index holds them all: a
+        failure or an interrupt leaves the index empty (trained, if it was).
+        """
+        staging = self._staging
+        if staging is None:
+            return
+        if staging.ntotal:
+            rows, vectors = _contents(staging)
+            self._train(vectors)
             try:
-                self._index.train(vectors)
-            except RuntimeError as err:
-                self._staging = staging
-                msg = f"Training {self.index_factory!r} failed: {str(err).splitlines()[-1]}"
-                raise ValueError(msg) from None
-        self._index.add_with_ids(vectors, rows)
+                self._index.add_with_ids(vectors, rows)
+            except BaseException:
+                self._index.reset()  # keeps the training
+                raise
+        self._staging = None
 
     def add_vectors(
         self,
@@ -249,7 +271,10 @@ class FaissIndex(VectorStore):
         """Add precomputed vectors; an existing id is replaced.
 
         An id given twice in one call is added once, with its last vector, text
-        and metadata (as if the calls were made one after the other).
+        and metadata (as if the calls were made one after the other). All or
+        nothing (see :meth:`_writing`): the new rows are written before the
+        rows they replace are removed, and a failure or an interrupt at any
+        step leaves the index as it was.
         """
         matrix = np.asarray(vectors, dtype=np.float32)
         n = len(ids)
@@ -274,26 +299,21 @@ class FaissIndex(VectorStore):
         with self._lock:
             self._ensure_index(matrix.shape[1])
             self._check_writable()
-            held = self._rows.row
-            self.delete([i for i in ids if held(i) >= 0])
+            self._tidy()
+            old = list(dict.fromkeys(row for row in map(self._rows.row, ids) if row >= 0))
+            replaced = self._held_records(old)
             rows = np.arange(self._next_id, self._next_id + len(ids), dtype=np.int64)
-            row_list = rows.tolist()
-            self._rows.add(row_list, ids, texts, metadatas)
-            try:
-                self._active().add_with_ids(normalise(matrix), rows)
-            except BaseException:
-                self._rows.remove(row_list)
-                raise
-            self._next_id += len(ids)
-            self._version += 1
-            if self._lexical is not None:
-                try:
-                    self._lexical.add(list(zip(ids, texts, metadatas, strict=True)))
-                except BaseException:  # one commit: the vectors go again, then the error
-                    self._drop(row_list)
-                    raise
-            if self._staging is not None and self._staging.ntotal >= self._wanted_training():
-                self._unstage()
+            self._next_id += len(ids)  # never given out again, whatever happens below
+            entries = list(zip(ids, texts, metadatas, strict=True))
+            with self._writing() as steps:
+                index, moved = self._add_to_faiss(steps, normalise(matrix), rows)
+                self._remove_from_faiss(steps, index, old)
+                self._add_text(steps, entries, replaced)
+                self._remove_records(steps, old, replaced)
+                self._add_records(steps, rows.tolist(), entries)
+                if moved:
+                    self._staging = None
+            self._forget(old)
         return list(ids_given)
 
     def add_texts(
@@ -323,57 +343,208 @@ class FaissIndex(VectorStore):
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Remove vectors by key (``None``: all of them); unknown keys are ignored.
 
-        Returns whether any vector went.
+        Returns whether any vector went. All or nothing, like :meth:`add_vectors`.
         """
         with self._lock:
             self._check_writable()
             if ids is None:
                 return self._clear()
-            held = self._rows.row
-            rows = list(dict.fromkeys(row for row in map(held, ids) if row >= 0))
+            rows = list(dict.fromkeys(row for row in map(self._rows.row, ids) if row >= 0))
             if not rows:
                 return False
-            if self._lexical is not None:  # first: it is the part that can fail
-                self._lexical.delete([str(self._rows.key(row)) for row in rows])
-            self._drop(rows)
+            self._tidy()
+            held = self._held_records(rows)
+            with self._writing() as steps:
+                self._remove_text(steps, rows, held)
+                self._remove_from_faiss(steps, self._active(), rows)
+                self._remove_records(steps, rows, held)
+            self._forget(rows)
         return True
 
-    def _drop(self, rows: list[int]) -> None:
-        """Remove rows from FAISS and the records (not from the lexical index)."""
-        self._remove_rows(rows)
+    # One write, step by step ------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[Undo]:
+        """One write of several steps: all of them, or none.
+
+        Each step registers its undo before it runs (the undo works whether
+        the step ran or not: an interrupt may land just before or just after
+        FAISS or tantivy returns). On any ``BaseException`` (an error, Ctrl-C,
+        a cancellation) the undos run backwards and the exception goes on up.
+        The rows are published last (:meth:`_add_records`): until then no
+        search or listing sees the write.
+        """
+        try:
+            with all_or_nothing() as undo:
+                yield undo
+        finally:
+            self._version += 1
+
+    def _add_to_faiss(self, steps: Undo, vectors: np.ndarray, rows: np.ndarray) -> tuple[Any, bool]:
+        """Add vectors under new rows: the index now holding them, and whether staging ended.
+
+        While an IVF/PQ index waits for enough vectors to train on, they are
+        staged in an exact index; the add that brings enough trains it on all
+        of them and moves them in (the staged vectors stay staged until the
+        write is done, so its undo only empties the index).
+        """
+        staging = self._staging
+        if staging is not None and staging.ntotal + len(rows) >= self._wanted_training():
+            staged_rows, staged = _contents(staging)
+            vectors = np.concatenate([staged, vectors]) if len(staged_rows) else vectors
+            rows = np.concatenate([staged_rows, rows])
+            index = self._index
+            steps.then(index.reset)  # keeps the training
+            self._train(vectors)
+            index.add_with_ids(vectors, rows)
+            return index, True
+        index = self._active()
+        before = int(index.ntotal)
+        steps.then(lambda: self._unadd(index, rows, before))
+        index.add_with_ids(vectors, rows)
+        return index, False
+
+    def _unadd(self, index: Any, rows: np.ndarray, before: int) -> None:
+        """Undo :meth:`_add_to_faiss` (FAISS adds all or nothing: its count says which)."""
+        if int(index.ntotal) == before:
+            return
+        if _removable(index):
+            index.remove_ids(rows)
+        else:
+            self._dead.update(rows.tolist())
+
+    def _remove_from_faiss(self, steps: Undo, index: Any, rows: list[int]) -> None:
+        """Remove rows' vectors where FAISS can (kept, to be put back), else make tombstones."""
+        if not rows or index is None:
+            return
+        if not _removable(index):
+            fresh = [row for row in rows if row not in self._dead]
+            steps.then(lambda: self._dead.difference_update(fresh))
+            self._dead.update(fresh)
+            return
+        held, vectors = _held_vectors(index, np.asarray(rows, dtype=np.int64))
+        before = int(index.ntotal)
+
+        def put_back() -> None:
+            if int(index.ntotal) != before and len(held):
+                index.add_with_ids(vectors, held)
+
+        steps.then(put_back)
+        index.remove_ids(np.asarray(rows, dtype=np.int64))
+
+    def _add_text(self, steps: Undo, entries: list[Record], replaced: list[Record | None]) -> None:
+        """Write the leaves' text into the lexical index, once it is built (replacing)."""
+        lexical = self._lexical
+        if lexical is None or not entries:
+            return
+
+        def undo() -> None:
+            lexical.delete([key for key, _, _ in entries])
+            back = [found for found in replaced if found is not None]
+            if back:
+                lexical.add(back)
+
+        steps.then(undo)
+        lexical.add(entries)
+
+    def _remove_text(self, steps: Undo, rows: list[int], held: list[Record | None]) -> None:
+        """Remove rows' leaves from the lexical index, once it is built (put back on a failure)."""
+        lexical = self._lexical
+        if lexical is None or not rows:
+            return
+        back = [found for found in held if found is not None]
+        steps.then(lambda: lexical.add(back))
+        lexical.delete([key for key in map(self._rows.key, rows) if key is not None])
+
+    def _add_records(self, steps: Undo, rows: list[int], entries: list[Record]) -> None:
+        """Publish the new rows: their keys now name them (the last step of a write)."""
+
+        def undo() -> None:
+            live = [row for row in rows if self._rows.key(row) is not None]
+            if live:
+                self._rows.remove(live)
+
+        steps.then(undo)
+        keys, texts, metas = zip(*entries, strict=True)
+        self._rows.add(rows, keys, texts, metas)
+
+    def _remove_records(self, steps: Undo, rows: list[int], held: list[Record | None]) -> None:
+        """Remove rows from the records (added again, from ``held``, on a failure)."""
+        if not rows:
+            return
+
+        def undo() -> None:
+            gone = [
+                (row, found)
+                for row, found in zip(rows, held, strict=True)
+                if found is not None and self._rows.key(row) is None
+            ]
+            if gone:
+                keys, texts, metas = zip(*(found for _, found in gone), strict=True)
+                self._rows.add([row for row, _ in gone], keys, texts, metas)
+
+        steps.then(undo)
         self._rows.remove(rows)
+
+    def _held_records(self, rows: list[int]) -> list[Record | None]:
+        """``(key, text, metadata)`` of rows, to put back if a write fails.
+
+        ``None`` for a row whose record can not be read whole (a database
+        leaf whose node went first, as a repair removes orphans): it can not
+        be put back, and its removal is not undone.
+        """
+        if not rows:
+            return []
+        try:
+            return self._rows.records(rows)
+        except LookupError:
+            return [self._record_or_none(row) for row in rows]
+
+    def _record_or_none(self, row: int) -> Record | None:
+        try:
+            return self._rows.record(row)
+        except LookupError:
+            return None
+
+    def _forget(self, rows: list[int]) -> None:
+        """What was read from rows that are gone."""
         for row in rows:
             self._parsed.pop(row, None)
-        self._version += 1
-        if len(self._dead) >= max(64, len(self._rows) // 4):
-            self._compact()
 
     def _check_writable(self) -> None:
         """Hook for an index opened read-only (memory-mapped): refuse a write in one line."""
 
-    def _remove_rows(self, rows: list[int]) -> None:
-        """Remove rows from FAISS where that is sound, else make them tombstones."""
-        index = self._active()
-        if isinstance(faiss.downcast_index(index.index), faiss.IndexFlatCodes):
-            index.remove_ids(np.asarray(rows, dtype=np.int64))
-        else:
-            self._dead.update(rows)
+    def _tidy(self) -> None:
+        """Before a write: rebuild without the tombstones once they are a quarter of the index.
+
+        Searches leave tombstones out meanwhile; the rebuild changes nothing a
+        search sees, and comes before the write so that it can not fail one.
+        """
+        if len(self._dead) >= max(64, len(self._rows) // 4):
+            self._compact()
 
     def _clear(self) -> bool:
+        """Remove every row: the lexical index and records first, FAISS (no undo) last."""
         had = bool(len(self._rows))
-        for index in (self._index, self._staging):
-            if index is not None:
-                index.reset()
-        self._rows.clear()
-        self._dead.clear()
-        self._parsed.clear()
-        self._version += 1
-        if self._lexical is not None:
-            self._lexical = LexicalIndex()
+        rows, lexical = self._rows, self._lexical
+        with self._writing() as steps:
+            if lexical is not None:
+                steps.then(lambda: setattr(self, "_lexical", lexical))
+                self._lexical = LexicalIndex.scratch(documents=False)
+            if isinstance(rows, Records):
+                steps.then(lambda: setattr(self, "_rows", rows))
+                self._rows = Records()
+            else:  # rows in a database: its transaction undoes them
+                rows.clear()
+            for index in (self._index, self._staging):
+                if index is not None:
+                    index.reset()
+            self._dead = set()
+            self._parsed.clear()
         return had
 
     def _compact(self) -> None:
-        """Rebuild the index from its live vectors (drops the tombstones)."""
+        """Rebuild the index from its live vectors (drops the tombstones); switched to at once."""
         if not self._dead:
             return
         old = self._index
@@ -392,8 +563,54 @@ class FaissIndex(VectorStore):
         fresh = faiss.IndexIDMap2(inner)
         if live.any():
             fresh.add_with_ids(np.ascontiguousarray(vectors[live]), positions[live])
-        self._index = fresh
-        self._dead.clear()
+        self._index, self._dead = fresh, set()
+        self._version += 1
+
+    # The records and FAISS agree (``verify``) ------------------------------------------
+
+    def damage(self) -> ChildDamage:
+        """Where the records and FAISS disagree (an interrupted write whose undo failed).
+
+        The keys whose row FAISS does not hold, and how many vectors FAISS
+        holds for no row (tombstones are not vectors of the index).
+        """
+        with self._lock:
+            live, held = self._rows.live_rows(), self._held_rows()
+            unindexed = live[~np.isin(live, held)].tolist()
+            stray = int((~np.isin(held, live)).sum())
+            keys = [key for key in map(self._rows.key, unindexed) if key is not None]
+        return ChildDamage(sorted(keys), stray)
+
+    def mend(self) -> None:
+        """Make the records and FAISS agree: drop rows without a vector, vectors without a row.
+
+        A dropped row's key leaves the lexical index too; ``verify(repair=True)``
+        then indexes its source again.
+        """
+        with self._lock:
+            self._check_writable()
+            index = self._active()
+            if index is not None:
+                self._dead.intersection_update(_ids_of(index).tolist())
+            live, held = self._rows.live_rows(), self._held_rows()
+            stray = np.unique(held[~np.isin(held, live)]).tolist()
+            unindexed = live[~np.isin(live, held)].tolist()
+            lost = self._held_records(unindexed)
+            with self._writing() as steps:
+                self._remove_from_faiss(steps, index, stray)
+                self._remove_text(steps, unindexed, lost)
+                self._remove_records(steps, unindexed, lost)
+            self._forget(unindexed)
+
+    def _held_rows(self) -> np.ndarray:
+        """The rows FAISS holds a vector for, tombstones left out."""
+        index = self._active()
+        if index is None:
+            return np.zeros(0, dtype=np.int64)
+        held = _ids_of(index)
+        if index is self._index and self._dead:
+            held = held[~np.isin(held, np.fromiter(self._dead, dtype=np.int64))]
+        return held
 
     def rows_of(self, ids: Sequence[str]) -> list[int]:
         """The row of each key (``-1``: not held)."""
@@ -567,9 +784,8 @@ class FaissIndex(VectorStore):
         """
         if not isinstance(flt, dict) or _per_leaf(flt):
             return None
-        try:
-            name = json.dumps(flt, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError):
+        name = filter_key(flt)
+        if name is None:
             return None
         with self._lock:
             cached = self._filtered.get(name)
@@ -766,6 +982,32 @@ class FaissIndex(VectorStore):
             raise ValueError(msg)
         store._rows = rows
         return store
+
+
+def _removable(index: Any) -> bool:
+    """Whether FAISS removes vectors from ``index`` and renumbers the rest (flat codes)."""
+    return isinstance(faiss.downcast_index(index.index), faiss.IndexFlatCodes)
+
+
+def _ids_of(index: Any) -> np.ndarray:
+    """The row ids an ``IndexIDMap2`` holds, in its order."""
+    return faiss.vector_to_array(index.id_map).astype(np.int64)
+
+
+def _contents(index: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, vectors)`` an ``IndexIDMap2`` over a flat index holds."""
+    return _ids_of(index), faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+
+
+def _held_vectors(index: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows among ``rows`` that ``index`` holds, and their stored vectors."""
+    try:
+        return rows, np.asarray(index.reconstruct_batch(rows), dtype=np.float32)
+    except RuntimeError:  # a row it does not hold (damage): look them up
+        held = rows[np.isin(rows, _ids_of(index))]
+        if not len(held):
+            return held, np.zeros((0, int(index.d)), dtype=np.float32)
+        return held, np.asarray(index.reconstruct_batch(held), dtype=np.float32)
 
 
 def _drop_dead(

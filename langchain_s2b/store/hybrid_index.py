@@ -27,7 +27,11 @@ Every write is one commit: vectors then text on add, text then vectors on
 delete (the part that can be put back goes first), and the part already done is
 undone when the other fails or is interrupted, before the error goes on up. So
 the operation that asked (``lifecycle``) sees a write that happened whole or
-not at all, and undoes it as it undoes any other.
+not at all, and undoes it as it undoes any other. A retriever with
+``hybrid=False`` gets a :class:`DenseChildIndex`: it does not search the text,
+but writes through the lexical index another retriever keeps for the same
+store object (a copy, or any retriever of the process), so that index, filled
+once, never misses a leaf.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.lexical_index import Lexical, LexicalIndex
 from langchain_s2b.store.pg_lexical import PgLexical, is_pgvector
+from langchain_s2b.store.undo import all_or_nothing, undone
 
 
 @dataclass
@@ -75,7 +80,86 @@ class LexicalBackend(Protocol):
         """Write it again from the leaves the child store holds."""
 
 
-class HybridChildIndex(ChildIndex):
+class DenseChildIndex(ChildIndex):
+    """A child index without BM25 search (``hybrid=False``) whose writes keep the text in step.
+
+    Another retriever over the same child store may keep a lexical index for
+    it (one shared per store object, marked filled once: it never reads the
+    docstore again), so every write goes through it when there is one, in one
+    commit with the vectors, as :class:`HybridChildIndex` writes it.
+    (``FaissIndex`` and a store with a lexical backend write their text
+    themselves.)
+    """
+
+    @property
+    def _own(self) -> Lexical | None:
+        """The lexical index this class writes, if some retriever made one for this store."""
+        found = _lookup(self.vectorstore) if self.faiss is None else None
+        return None if found is None else found.lexical
+
+    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Index leaves (with their vectors, if given) and their text, in one commit."""
+        own = self._own
+        if own is None:
+            super().add(leaves, vectors)  # FaissIndex writes its text itself
+            return
+        keys = [str(leaf.id) for leaf in leaves]
+        with all_or_nothing() as undo:
+            undo.then(lambda: super(DenseChildIndex, self).delete(keys))  # new keys
+            super().add(leaves, vectors)
+            undo.then(lambda: own.delete(keys))
+            own.add(_entries(leaves))
+
+    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
+        """Async :meth:`add`."""
+        own = self._own
+        if own is None:
+            await super().aadd(leaves, vectors)
+            return
+        keys = [str(leaf.id) for leaf in leaves]
+        await super().aadd(leaves, vectors)
+        try:
+            await run_in_executor(None, own.add, _entries(leaves))
+        except BaseException as err:
+            await undone(
+                err,
+                lambda: super(DenseChildIndex, self).adelete(keys),
+                lambda: run_in_executor(None, own.delete, keys),
+            )
+            raise
+
+    def delete(self, keys: list[str]) -> None:
+        """Delete leaves from both parts, in one commit; keys they do not hold are ignored.
+
+        The text goes first (it can be put back), then the vectors.
+        """
+        own = self._own
+        if own is None:
+            super().delete(keys)  # FaissIndex removes its text itself
+            return
+        held = own.entries(set(keys))
+        with all_or_nothing() as undo:
+            undo.then(lambda: own.add(held))
+            own.delete(keys)
+            super().delete(keys)
+
+    async def adelete(self, keys: list[str]) -> None:
+        """Async :meth:`delete`."""
+        own = self._own
+        if own is None:
+            await super().adelete(keys)
+            return
+        held = await run_in_executor(None, own.entries, set(keys))
+        try:
+            await run_in_executor(None, own.delete, keys)
+            await super().adelete(keys)
+        except BaseException as err:
+            if held:
+                await undone(err, lambda: run_in_executor(None, own.add, held))
+            raise
+
+
+class HybridChildIndex(DenseChildIndex):
     """A child index whose leaves are also searchable by BM25, written in one commit.
 
     The lexical index is the child store's ``lexical_backend()`` when it offers
@@ -108,7 +192,7 @@ class HybridChildIndex(ChildIndex):
 
     @property
     def _own(self) -> Lexical | None:
-        """The lexical index this class writes (``None``: ``FaissIndex`` writes its own)."""
+        """The lexical index this class writes (``None``: the store writes its own)."""
         return None if self._shared is None else self._shared.lexical
 
     def needs_leaves(self) -> bool:
@@ -124,57 +208,6 @@ class HybridChildIndex(ChildIndex):
             if not shared.built:
                 shared.lexical.add(entries)
                 shared.built = True
-
-    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Index leaves (with their vectors, if given) and their text, in one commit."""
-        super().add(leaves, vectors)  # FaissIndex writes its text itself
-        if self._own is not None:
-            try:
-                self._own.add(_entries(leaves))
-            except BaseException:
-                super().delete([str(leaf.id) for leaf in leaves])
-                raise
-
-    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Async :meth:`add`."""
-        await super().aadd(leaves, vectors)
-        if self._own is not None:
-            try:
-                await run_in_executor(None, self._own.add, _entries(leaves))
-            except BaseException:
-                await super().adelete([str(leaf.id) for leaf in leaves])
-                raise
-
-    def delete(self, keys: list[str]) -> None:
-        """Delete leaves from both parts, in one commit; keys they do not hold are ignored."""
-        if self._own is None:
-            super().delete(keys)  # FaissIndex removes its text itself
-            return
-        held = self._take_text(keys)
-        try:
-            super().delete(keys)
-        except BaseException:
-            self._own.add(held)
-            raise
-
-    async def adelete(self, keys: list[str]) -> None:
-        """Async :meth:`delete`."""
-        if self._own is None:
-            await super().adelete(keys)
-            return
-        held = await run_in_executor(None, self._take_text, keys)
-        try:
-            await super().adelete(keys)
-        except BaseException:
-            await run_in_executor(None, self._own.add, held)
-            raise
-
-    def _take_text(self, keys: list[str]) -> list[Entry]:
-        """Remove ``keys`` from the lexical index; what it held, to put back on a failure."""
-        assert self._own is not None
-        held = self._own.entries(set(keys))
-        self._own.delete(keys)
-        return held
 
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 among those that pass ``flt``."""
@@ -232,6 +265,14 @@ def _shared(vectorstore: VectorStore) -> _Shared:
         with contextlib.suppress(TypeError):
             _SHARED[vectorstore] = found
     return found
+
+
+def _lookup(vectorstore: VectorStore) -> _Shared | None:
+    """The lexical index some retriever made for this child store object, if any."""
+    try:
+        return _SHARED.get(vectorstore)
+    except TypeError:
+        return None
 
 
 def _new_shared(vectorstore: VectorStore) -> _Shared:

@@ -147,10 +147,11 @@ class NodeStore(BaseStore[str, Document]):
             if match and match[2] == DOC_LEVEL and match[3] == "0" and type(doc) is Document:
                 self._set_text(match[1], doc.page_content, batch)
         touched: set[str] = set()
-        for key, doc in pairs:
-            self._drop(key, touched)
-            if not self._put_node(key, doc, batch):
-                self._other[key] = doc
+        with self.shapes.batch():
+            for key, doc in pairs:
+                self._drop(key, touched)
+                if not self._put_node(key, doc, batch):
+                    self._other[key] = doc
         self._sweep(touched)
 
     def _set_text(self, source: str, text: str, batch: _Batch) -> None:

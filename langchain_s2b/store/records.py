@@ -11,6 +11,10 @@ few numbers in numpy arrays:
   it is exactly that (every leaf the retriever writes), found through one small
   array per ``(source key, level)``; any other key is kept in a dict.
 
+:meth:`Records.add` and :meth:`Records.remove` are all or nothing: a key names
+its row only once the row is written, and is mapped last (live and counted with
+it); an interrupt on the way unmaps what was mapped.
+
 A row's text, metadata and key are made again only when asked for
 (:meth:`Records.record`). :meth:`Records.write` and :meth:`Records.read` save
 them as numpy arrays (``np.savez``, read with ``allow_pickle=False``), a UTF-8
@@ -151,40 +155,60 @@ class Records:
         texts: Sequence[str],
         metas: Sequence[Mapping[str, Any]],
     ) -> None:
-        """Add new rows (ids not used before; their keys not held)."""
+        """Add rows that are not live, under keys not held: all of them, or none.
+
+        The rows' numbers and text are written first, where nothing reads them;
+        then each key is mapped to its row, and only then are the rows live and
+        counted. An error or an interrupt (any ``BaseException``) on the way
+        unmaps what was mapped: the records are as they were.
+        """
         if not rows:
             return
-        top = max(rows) + 1
+        index = np.asarray(rows, dtype=np.int64)
+        if len(np.unique(index)) != len(index) or index.min() < 0:
+            msg = f"Rows to add must be distinct ids >= 0; got {list(rows)[:8]}."
+            raise ValueError(msg)
+        with self.shapes.batch():  # shapes only grow: an unused one costs nothing
+            coded = [self.shapes.encode(meta) for meta in metas]
+        top = int(index.max()) + 1
         for column in self._columns():
             column.ensure(top)
+        if self._live.data[index].any():
+            msg = f"Rows {index[self._live.data[index]][:8].tolist()} are live already."
+            raise ValueError(msg)
         block, offsets = utf8_block(texts)
-        number = len(self._blocks)
-        self._blocks.append(block)
-        encode = self.shapes.encode
         shape, split, start, end = (
             self._shape.data,
             self._split.data,
             self._start.data,
             self._end.data,
         )
-        for row, key, meta in zip(rows, keys, metas, strict=True):
-            coded = encode(meta)
-            if coded is None:
+        for row, found in zip(rows, coded, strict=True):
+            if found is None:
                 shape[row] = _NO_SHAPE
-                self._objects[row] = dict(meta)
-                self._name(row, key, meta)
             else:
-                shape[row], split[row], start[row], end[row] = coded
-                if self.shapes.node_key(coded[0], coded[1]) != key:
-                    self._name(row, key, meta)
-                else:
-                    self._slot(meta["source_key"], meta["level"], coded[1], row)
-        index = np.asarray(rows, dtype=np.int64)
-        self._block.data[index] = number
+                shape[row], split[row], start[row], end[row] = found
+        self._block.data[index] = len(self._blocks)
         self._offset.data[index] = offsets[:-1]
         self._length.data[index] = np.diff(offsets)
-        self._live.data[index] = True
-        self._count += len(rows)
+        self._blocks.append(block)
+        mapped: list[tuple[int, str | None]] = []
+        try:
+            for row, key, meta, found in zip(rows, keys, metas, coded, strict=True):
+                if found is None:
+                    self._objects[row] = dict(meta)
+                mapped.append((row, self._map(row, key, meta, found)))
+            self._live.data[index] = True
+            self._count += len(rows)
+        except BaseException:
+            for row, _ in reversed(mapped):
+                self._unmap(row)
+            for row in rows:
+                self._objects.pop(row, None)
+            self._live.data[index] = False
+            if self._blocks and self._blocks[-1] is block:
+                self._blocks.pop()
+            raise
 
     def _columns(self) -> tuple[Column, ...]:
         return (
@@ -197,6 +221,16 @@ class Records:
             self._length,
             self._live,
         )
+
+    def _map(
+        self, row: int, key: str, meta: Mapping[str, Any], coded: tuple[int, ...] | None
+    ) -> str | None:
+        """Map ``key`` to ``row``: its own name (returned), or a slot derived from its metadata."""
+        if coded is None or self.shapes.node_key(coded[0], coded[1]) != key:
+            self._name(row, key, meta)
+            return key
+        self._slot(str(meta["source_key"]), str(meta["level"]), coded[1], row)
+        return None
 
     def _name(self, row: int, key: str, meta: Mapping[str, Any]) -> None:
         self._named[key] = row
@@ -215,26 +249,56 @@ class Records:
         slots.ensure(split + 1)
         slots.data[split] = row
 
+    def _unmap(self, row: int) -> str | None:
+        """Forget the key of ``row``; its own name if it had one (``None``: a derived key)."""
+        key = self._names.pop(row, None)
+        if key is None:
+            source, level = self._source_level(int(self._shape.data[row]))
+            slots = self._slots[(source, level)]
+            slots.data[int(self._split.data[row])] = -1
+            if not (slots.used >= 0).any():
+                del self._slots[(source, level)]
+                self._levels[source].remove(level)
+                if not self._levels[source]:
+                    del self._levels[source]
+        else:
+            del self._named[key]
+            self._forget_named(row)
+        return key
+
+    def _remap(self, row: int, key: str | None) -> None:
+        """Map a row's key again (the undo of :meth:`_unmap`; its columns are intact)."""
+        if key is not None:
+            self._name(row, key, self.meta(row))
+            return
+        source, level = self._source_level(int(self._shape.data[row]))
+        self._slot(source, level, int(self._split.data[row]), row)
+
     def remove(self, rows: Sequence[int]) -> None:
-        """Remove live rows."""
+        """Remove live rows: all of them, or none (an error or interrupt maps them again)."""
+        if not rows:
+            return
+        index = np.asarray(rows, dtype=np.int64)
+        live = (index >= 0) & (index < self._live.size)
+        if (
+            not live.all()
+            or not self._live.data[index].all()
+            or len(np.unique(index)) != len(index)
+        ):
+            msg = f"Rows to remove must be distinct live rows; got {list(rows)[:8]}."
+            raise ValueError(msg)
+        unmapped: list[tuple[int, str | None]] = []
+        try:
+            for row in rows:
+                unmapped.append((row, self._unmap(row)))
+        except BaseException:
+            for row, key in reversed(unmapped):
+                self._remap(row, key)
+            raise
         for row in rows:
-            key = self._names.pop(row, None)
-            if key is None:
-                shape = int(self._shape.data[row])
-                source, level = self._source_level(shape)
-                slots = self._slots[(source, level)]
-                slots.data[int(self._split.data[row])] = -1
-                if not (slots.used >= 0).any():
-                    del self._slots[(source, level)]
-                    self._levels[source].remove(level)
-                    if not self._levels[source]:
-                        del self._levels[source]
-            else:
-                del self._named[key]
-                self._forget_named(row)
             self._objects.pop(row, None)
-            self._dead_bytes += int(self._length.data[row])
-            self._live.data[row] = False
+        self._live.data[index] = False
+        self._dead_bytes += int(self._length.data[index].sum())
         self._count -= len(rows)
         if self._dead_bytes > _GARBAGE * sum(len(b) for b in self._blocks):
             self._repack()
@@ -253,18 +317,22 @@ class Records:
         return str(template["source_key"]), str(template["level"])
 
     def _repack(self) -> None:
-        """Rewrite the text blocks with the live rows only."""
+        """Rewrite the text blocks with the live rows only (switched to at once, at the end)."""
         live = self.live_rows()
-        texts = [self.text(int(row)) for row in live]
-        block, offsets = utf8_block(texts)
-        self._blocks = [block]
-        self._block.data[live] = 0
-        self._offset.data[live] = offsets[:-1]
-        self._dead_bytes = 0
+        block, offsets = utf8_block([self.text(int(row)) for row in live])
+        blocks, starts = self._block.data.copy(), self._offset.data.copy()
+        blocks[live] = 0
+        starts[live] = offsets[:-1]
+        self._blocks, self._block.data, self._offset.data, self._dead_bytes = (
+            [block],
+            blocks,
+            starts,
+            0,
+        )
 
     def clear(self) -> None:
-        """Remove every row."""
-        self.__init__()  # type: ignore[misc]
+        """Remove every row (at once: the new empty state replaces the old whole)."""
+        self.__dict__ = Records().__dict__
 
     # Reading ------------------------------------------------------------------------
 
@@ -591,6 +659,10 @@ class RowsByKey(Mapping[str, int]):
 def _whole_shape(shapes: Shapes, meta: dict[str, Any]) -> int:
     """A shape holding ``meta`` whole (numbers included), for saving; ``ValueError`` if not JSON."""
     try:
+        if not all(isinstance(k, str) for k in meta):
+            named = next(k for k in meta if not isinstance(k, str))
+            msg = f"the key {named!r} is not a string"
+            raise TypeError(msg)
         text = json.dumps([[k, v] for k, v in meta.items()], allow_nan=False)
     except (TypeError, ValueError) as err:
         msg = (

@@ -22,6 +22,7 @@ from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.requests import (
     AddLeaves,
+    CheckChildren,
     EmbedLeaves,
     EmbedQueries,
     EmbedQuery,
@@ -29,6 +30,7 @@ from langchain_s2b.core.requests import (
     LeafHits,
     LexicalKeys,
     ListChildren,
+    MendChildren,
     Op,
     Put,
     RebuildLexical,
@@ -149,6 +151,10 @@ class Runner:
                 return list(store.yield_keys())
             case ListChildren(candidates):
                 return index.list_children(candidates)
+            case CheckChildren():
+                return index.damage()
+            case MendChildren():
+                return index.mend()
             case LexicalKeys():
                 return index.lexical_keys() if isinstance(index, HybridChildIndex) else None
             case RebuildLexical():
@@ -197,6 +203,8 @@ class Runner:
                 return [key async for key in store.ayield_keys()]
             case ListChildren(candidates):
                 return await index.alist_children(candidates)
+            case CheckChildren() | MendChildren():
+                return await run_in_executor(None, self.run, request)
             case LexicalKeys():
                 return await run_in_executor(None, self.run, request)
             case RebuildLexical():

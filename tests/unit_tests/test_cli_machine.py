@@ -17,6 +17,15 @@ its rows, inside the write transaction):
   (``indexer.run``: "each group of files in one transaction"), so that removal
   stands;
 - ``KeyboardInterrupt`` at the same points: exit 130, the same outcome;
+- the same two in the child index's FAISS part, just after FAISS returned:
+  ``add_with_ids`` (the new leaves) and ``remove_ids`` (a removed file's
+  leaves, in the transaction that removes them first, or an updated file's
+  previous ones, in its group's): the transaction it fired in left nothing
+  (when that is the removal of the files that left the folder, the run stops
+  there and they stay indexed). Removing an updated file's previous leaves
+  comes after the update's commit record: an ``OSError`` there is a warning
+  (exit 0, the update stands) and leaves the previous leaves, whole, for
+  ``verify --repair`` to remove;
 - the FAISS file write fails (``OSError`` from ``faiss.write_index``): the
   commit stands (exit 0); the next reader builds the file of that commit once
   from the database, and the one after it reads the file.
@@ -90,10 +99,11 @@ from hypothesis.stateful import (
     rule,
 )
 
-from langchain_s2b.cli import actions
+from langchain_s2b.cli import actions, indexer
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import DB_FILE, Store, open_store
 from langchain_s2b.cli.querying import query_options
+from langchain_s2b.core import lifecycle
 from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.tree import DOC_LEVEL
@@ -156,6 +166,8 @@ FAULT_TARGETS: dict[str, tuple[Any, str]] = {
     "lexical": (sqlite_lexical.SQLiteLexical, "add"),
     "rows": (sqlite.SQLiteRows, "add"),
     "docstore": (sqlite.SQLiteDocStore, "mset"),
+    "faiss-add": (faiss.IndexIDMap2, "add_with_ids"),
+    "faiss-remove": (faiss.IndexIDMap2, "remove_ids"),
 }
 FAULTS = st.sampled_from(
     [  # faults first: Hypothesis draws the first choices more often
@@ -165,6 +177,10 @@ FAULTS = st.sampled_from(
         "interrupt:lexical",
         "interrupt:rows",
         "interrupt:docstore",
+        "error:faiss-add",
+        "interrupt:faiss-add",
+        "error:faiss-remove",
+        "interrupt:faiss-remove",
         "faiss-file",
         None,
         None,
@@ -183,24 +199,57 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 @contextlib.contextmanager
 def fault_at(kind: str, target: str, at: int) -> Iterator[list[bool]]:
-    """Raise after call number ``at`` of the target has written its rows; yields [fired]."""
+    """Raise after call number ``at`` of the target has written its rows; yields [fired].
+
+    ``fired`` gets a second item, where it fired: ``"first"`` before any
+    transaction could commit (while FAISS was built from the database as the
+    run opened the store, or while the files that left the folder were being
+    removed, in their own transaction: the run stops there, changing nothing),
+    ``"cleanup"`` while an updated source's previous leaves were removed after
+    its commit record, else ``""``.
+    """
     owner, name = FAULT_TARGETS[target]
     real = getattr(owner, name)
     calls = [0]
-    fired = [False]
+    fired: list[Any] = [False]
+    phase = [""]
 
     def faulty(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
         calls[0] += 1
         if calls[0] == at + 1 and not fired[0]:
             fired[0] = True
+            fired.append(phase[0])
             if kind == "interrupt":
                 raise KeyboardInterrupt
             raise DiskFullError
         return result
 
+    def first(call: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            phase[0] = "first"
+            try:
+                return call(*args, **kwargs)
+            finally:
+                phase[0] = ""
+
+        return wrapped
+
+    def cleanup(op: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            phase[0] = "cleanup"
+            try:
+                return (yield from op(*args, **kwargs))
+            finally:
+                phase[0] = ""
+
+        return wrapped
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(owner, name, faulty)
+        mp.setattr(indexer, "_remove", first(indexer._remove))
+        mp.setattr(sqlite.SQLiteFaissIndex, "build", first(sqlite.SQLiteFaissIndex.build))
+        mp.setattr(lifecycle, "_cleanup", cleanup(lifecycle._cleanup))
         yield fired
 
 
@@ -405,8 +454,10 @@ class CliMachine(RuleBasedStateMachine):
                 faiss_calls = stack.enter_context(faiss_write_fails())
             code, out, err = run("index", str(self.folder), "--store", str(self.store), "--no-wait")
         event(f"index fault: {fault if fired[0] or faiss_calls[0] else None}")
-        if fired[0]:
-            self._failed(fault or "", code, err, gone)
+        if fired[0] and fired[1] == "cleanup" and fault == "error:faiss-remove":
+            err = self._leftovers_repaired(err)
+        elif fired[0]:
+            self._failed(fault or "", code, err, set() if fired[1] == "first" else gone)
             return
         if not self.disk and not gone:
             assert code == 1, (out, err)
@@ -424,6 +475,25 @@ class CliMachine(RuleBasedStateMachine):
             self._next_reader_builds_once(current)
         if current.exists():
             shutil.copy(current, self.kept / current.name)
+
+    def _leftovers_repaired(self, err: str) -> str:
+        """An error removing the previous leaves after the commit: a warning; repair removes them.
+
+        Returns ``err`` less the warning (the run itself succeeded).
+        """
+        warning = (
+            "s2b: warning: The new versions are written, but removing the previous ones failed "
+            "(DiskFullError(5, 'injected write failure')); run verify(repair=True) to remove what "
+            "is left.\n"
+        )
+        assert err.endswith(warning), err
+        code, out, verify_err = run("verify", "--store", str(self.store))
+        assert code == 1, (out, verify_err)
+        assert "orphan(s)" in out.splitlines()[1], out
+        code, out, verify_err = run("verify", "--repair", "--store", str(self.store))
+        assert (code, verify_err) == (0, ""), (out, verify_err)
+        assert out.splitlines()[-1].startswith("repaired: 0 document(s) rebuilt"), out
+        return err.removesuffix(warning)
 
     def _failed(self, fault: str, code: int, err: str, gone: set[str]) -> None:
         """A fault inside the write transaction: that transaction left nothing behind."""

@@ -114,8 +114,12 @@ class TestErrorsAndPersistence:
         index = FaissIndex(BagOfWords(16), "IVF64,Flat", train_size=10)
         with pytest.raises(ValueError, match="Training 'IVF64,Flat' failed"):
             index.add_vectors(_rows(12), list("abcdefghijkl"), [{}] * 12, list("abcdefghijkl"))
-        # the vectors stay searchable in the exact staging index
-        assert len(index) == 12
+        # all or nothing: the failed add left nothing, and fewer vectors stay staged (exact)
+        assert len(index) == 0
+        assert index.damage() == ([], 0)
+        index.add_vectors(_rows(5), list("abcde"), [{}] * 5, list("abcde"))
+        assert len(index) == 5
+        assert not index.is_trained
         assert index.search_rows(_rows(1), 3)[1].shape == (1, 3)
 
     @pytest.mark.parametrize("count", [30, 80])

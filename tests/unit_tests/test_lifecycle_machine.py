@@ -16,10 +16,19 @@ every source whole:
 - deletes: the docstore raises removing the manifests; the child index
   raises; the lexical index raises (the vectors must then stay);
 - cleanup: removing an updated source's previous generation fails after the
-  commit (a warning; ``verify`` then names the leftovers and repair removes them).
+  commit (a warning; ``verify`` then names the leftovers and repair removes them);
+- inside the child index (:mod:`._faults`): an ``OSError``, Ctrl-C or a
+  cancellation just before or just after any step of ``FaissIndex``'s own
+  writes (the records, FAISS's ``add_with_ids`` and ``remove_ids``, the lexical
+  add and delete). In the write of the new leaves the whole call is undone; in
+  a delete the sources stay whole; in the removal of an updated source's
+  previous generation (after the commit) an error is a warning and leftovers,
+  and an interrupt finishes the removal before it goes on up.
 
 After every step both stores and the lexical index are read back and must
-hold exactly the model: every manifest names a live source, every node
+hold exactly the model (and the child index's parts agree with each other:
+its records, FAISS's ids less its tombstones, its count, the lexical keys;
+saved and loaded alone it holds the same): every manifest names a live source, every node
 carries that source's text, every leaf in the child index and in the lexical
 index belongs to a current manifest, nothing is orphaned, ``verify()`` is OK,
 and queries (with and without a budget, through both retrievers) serve only
@@ -38,7 +47,7 @@ text holds it.
 A fourth machine (``HeadersLifecycleMachine``, at the end) writes Markdown
 sources with contextual headers on and a context model, under every fault.
 
-CI (``CI=true``) runs 110 sequences of 12 steps for each machine.
+CI (``CI=true``) runs 90 sequences of 12 steps for each machine.
 """
 
 from __future__ import annotations
@@ -48,11 +57,13 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import faiss
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -78,9 +89,10 @@ from langchain_s2b.store.node_store import NodeStore
 
 from ._chat import Situating
 from ._embeddings import BagOfWords
+from ._faults import KINDS, WRITE_STEPS, fault_at
 
 CI = os.environ.get("CI", "").lower() == "true"
-SEQUENCES = 110 if CI else 12
+SEQUENCES = 90 if CI else 12
 STEPS = 12 if CI else 10
 DIM = 256
 
@@ -221,8 +233,21 @@ def batches(draw: st.DrawFn) -> list[tuple[str, str, dict[str, Any]]]:
 
 FAULTS = st.sampled_from(
     [None, None, "embedding", "docstore", "index", "lexical", "interrupt", "cancel", "cleanup"]
+    + ["inside"] * 3
 )
 DELETE_FAULTS = st.sampled_from([None, None, "docstore", "index", "lexical"])
+_ADDING = ["records.add", "faiss.add", "lexical.add"]
+"""Steps of writing the new leaves (the others remove: a delete, or the cleanup of an update)."""
+_REMOVING = [step for step in WRITE_STEPS if step not in _ADDING]
+
+
+def _inside(steps: list[str]) -> st.SearchStrategy[tuple[str, str, str]]:
+    """A fault at one of ``steps`` of ``FaissIndex``'s own write: the step, what lands, when."""
+    return st.tuples(
+        st.sampled_from(steps), st.sampled_from(list(KINDS)), st.sampled_from(["before", "after"])
+    )
+
+
 CANCEL_AFTER = 0.05
 """Seconds before a cancelled write's caller gives up; the slow write takes 10x that."""
 
@@ -283,6 +308,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         at=st.sampled_from([0, 1]),
         use_async=st.booleans(),
         by_reader=st.booleans(),
+        inside=_inside(list(WRITE_STEPS)),
     )
     def add(
         self,
@@ -292,6 +318,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         at: int,
         use_async: bool,
         by_reader: bool,
+        inside: tuple[str, str, str],
     ) -> None:
         """Add or update a batch; ``at`` picks the failing ``mset`` (nodes or manifests)."""
         docs = [Document(text, metadata=dict(meta)) for _, text, meta in batch]
@@ -333,6 +360,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             "interrupt": KeyboardInterrupt,
             "cancel": TimeoutError,
         }
+        if fault == "inside":
+            if self._add_inside(writer, docs, ids, use_async, inside, (changed, updated)):
+                for sid, text, meta in batch:
+                    self.model[sid] = (text, meta)
+            return
         event(f"add fault: {fault if changed else None}")
         try:
             if fault in expected and changed:
@@ -355,6 +387,48 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert sorted(result.unchanged) == sorted(set(ids) - set(changed))
         for sid, text, meta in batch:
             self.model[sid] = (text, meta)
+
+    def _add_inside(
+        self,
+        writer: SmallToBigRetriever,
+        docs: list[Document],
+        ids: list[str],
+        use_async: bool,
+        inside: tuple[str, str, str],
+        work: tuple[list[str], list[str]],
+    ) -> bool:
+        """Add with a fault at one step inside ``FaissIndex``; whether the new versions stand."""
+        step, kind, when = inside
+        changed, updated = work
+        raised: BaseException | None = None
+        with fault_at(step, kind, when) as fired, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                self._add(writer, docs, ids, use_async)
+            except KINDS[kind] as err:
+                raised = err
+        event(f"add fault inside: {f'{step} {kind} {when}' if fired[0] else None}")
+        messages = [str(w.message) for w in caught]
+        if not fired[0]:
+            assert raised is None
+            assert not messages
+            return True
+        if step in _ADDING:  # writing the new leaves: the whole call is undone
+            assert changed
+            assert isinstance(raised, KINDS[kind])
+            assert not messages
+            return False
+        assert updated  # only removing an updated source's previous generation removes
+        if kind == "error":  # after the commit: a warning, and leftovers for verify
+            assert raised is None
+            assert len(messages) == 1
+            assert "removing the previous ones failed" in messages[0]
+            assert not self.retriever.verify().ok
+            assert self.retriever.verify(repair=True).repaired
+        else:  # an interrupt: the removal is finished, then it goes on up
+            assert isinstance(raised, KINDS[kind])
+            assert not messages
+        return True
 
     @staticmethod
     def _add(
@@ -415,6 +489,33 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.store.disarm()
             index.delete = real_delete  # type: ignore[method-assign]
             lexical.delete = real_lexical_delete  # type: ignore[method-assign]
+        assert deleted == present
+        for sid in deleted:
+            del self.model[sid]
+
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data(), use_async=st.booleans(), inside=_inside(_REMOVING))
+    def delete_with_a_fault_inside(
+        self, data: st.DataObject, use_async: bool, inside: tuple[str, str, str]
+    ) -> None:
+        """Delete sources the model holds, with a fault at one step inside ``FaissIndex``."""
+        held = st.sampled_from(sorted(self.model))
+        chosen = data.draw(st.lists(held, min_size=1, max_size=2, unique=True))
+        if data.draw(st.booleans()):
+            chosen.append("never-added")
+        step, kind, when = inside
+        present = [sid for sid in chosen if sid in self.model]
+        deleted: list[str] | None = None
+        with fault_at(step, kind, when) as fired:
+            try:
+                deleted = self._delete(chosen, use_async)
+            except KINDS[kind]:
+                assert fired[0]
+        event(f"delete fault inside: {f'{step} {kind} {when}' if fired[0] else None}")
+        if fired[0]:
+            assert present
+            assert deleted is None  # nothing deleted: every source stays whole
+            return
         assert deleted == present
         for sid in deleted:
             del self.model[sid]
@@ -493,6 +594,27 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert found == {k for k, text in stored.items() if word in analyze(text)}, word
             if built.documents:
                 assert dict(built.items()) == stored
+
+    @invariant()
+    def the_child_index_parts_agree(self) -> None:
+        """Records, FAISS's ids less its tombstones, the count and the lexical keys agree."""
+        index = self._index()
+        active = index._active()
+        held = [] if active is None else faiss.vector_to_array(active.id_map).tolist()
+        assert len(held) == len(set(held))
+        live = set(held) - index._dead if active is index._index else set(held)
+        assert sorted(live) == index._rows.live_rows().tolist()
+        assert len(index) == len(live) == len(index.keys())
+        assert index.damage() == ([], 0)
+        built = index.built_lexical()
+        assert built is None or built.keys() == set(index.keys())
+        if not index._dead:  # saved and loaded alone (a save drops tombstones: not then)
+            where = self.root / "alone"
+            shutil.rmtree(where, ignore_errors=True)
+            index.save(where)
+            loaded = FaissIndex.load(where, self.embedding)
+            assert sorted(loaded.keys()) == sorted(index.keys())
+            assert loaded.damage() == ([], 0)
 
     @invariant()
     def verify_is_ok(self) -> None:
