@@ -796,6 +796,7 @@ class HeadersLifecycleMachine(LifecycleMachine):
         at=st.sampled_from([0, 1]),
         use_async=st.booleans(),
         by_reader=st.booleans(),
+        inside=_inside(list(WRITE_STEPS)),
     )
     def add(
         self,
@@ -805,8 +806,9 @@ class HeadersLifecycleMachine(LifecycleMachine):
         at: int,
         use_async: bool,
         by_reader: bool,
+        inside: tuple[str, str, str],
     ) -> None:
-        super().add(batch, fault, keep, at, use_async, by_reader)
+        super().add(batch, fault, keep, at, use_async, by_reader, inside)
 
     @rule(name=LifecycleMachine.saved)
     def load(self, name: str) -> None:
