@@ -73,10 +73,12 @@ The contract, written once here:
   what is left is placed whole; one that does not splits its evidence by the
   child of the node each hit lies in, and each part (in order of its best hit)
   is placed the same way from its own lowest node; a part whose leaves'
-  parent does not fit waits. Placing stops at ``k`` results. Then each waiting
-  part, while fewer than ``k`` results exist, gets a run cut from that parent
-  around its hits, as above. Results carry ``context`` (their source's place
-  among the contexts) and ``tokens``, ordered by context, then start.
+  parent does not fit waits, and the tokens of its best hit's leaf are held
+  for it when they fit what is left. Placing stops at ``k`` results, waiting
+  parts counted. Then each waiting part, with what is left plus what was held
+  for it, gets a run cut from that parent around its hits, as above. Results
+  carry ``context`` (their source's place among the contexts) and ``tokens``,
+  ordered by context, then start.
 * **pack.** Under a ceiling (``max_tokens``, else 1,024). The seeds are the
   evidence, rank ``r`` from 0, weight ``1 / (r + 1)``. If no seed's own text
   fits, nothing comes back. A leaf in a seed's window (``before``/``after``)
@@ -736,11 +738,11 @@ def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
     found = {h.node.key for h in evidence(r, s)}
     left = s.max_tokens if s.max_tokens is not None else MULTILEVEL_BUDGET
     wholes: list[tuple[int, Node, list[Hit], str]] = []
-    cuts: list[tuple[int, Node, list[Hit]]] = []
+    cuts: list[tuple[int, Node, list[Hit], int]] = []
 
     def place(number: int, ev: list[Hit], level: int, why: str) -> None:
         nonlocal left
-        if s.count is not None and len(wholes) >= s.count:
+        if s.count is not None and len(wholes) + len(cuts) >= s.count:
             return
         node = ev[0].node.chain[level]
         cost = s.tokens_of(text_of(node))
@@ -748,7 +750,10 @@ def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
             left -= cost
             wholes.append((number, node, ev, why))
         elif level == 0:
-            cuts.append((number, node, ev))
+            best_leaf = s.tokens_of(text_of(ev[0].node))
+            held = best_leaf if best_leaf <= left else 0
+            left -= held
+            cuts.append((number, node, ev, held))
         else:
             parts: dict[int, list[Hit]] = {}
             for h in ev:
@@ -776,9 +781,8 @@ def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
             id=node.key,
         )
         docs.append(((number, node.start), doc))
-    for number, node, ev in cuts:
-        if s.count is not None and len(docs) >= s.count:
-            break
+    for number, node, ev, held in cuts:
+        left += held
         every = node.source.levels[ev[0].node.level]
         inside = [n for n in every if node.start <= n.start and n.end <= node.end]
         cut_from = {"level": node.level, "key": node.key, "start": node.start, "end": node.end}

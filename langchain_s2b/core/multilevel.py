@@ -14,9 +14,13 @@ The mode always has a ceiling: ``max_tokens``, or
 A covering node that fits what is left comes back whole. One that does not is
 split: its evidence is grouped by the child of the node each hit lies in, and
 each group gets the smallest node that covers it and fits (splitting again as
-needed, best group first). Only after every context was placed this way do
-the groups whose paragraph did not fit get runs cut from it around their hits
-(:mod:`~langchain_s2b.core.ceiling`). ``k`` counts the results; each carries
+needed, best group first). A group whose paragraph does not fit keeps its
+place in rank order: it counts towards ``k``, and the tokens of its best
+hit's own leaf are held for it (when they fit what is left), so a weaker
+group placed whole after it can never crowd out the best evidence. Only after
+every context was placed this way do those groups get runs cut from their
+paragraph around their hits (:mod:`~langchain_s2b.core.ceiling`), with what
+is left and what was held for them. ``k`` counts the results; each carries
 its ``context`` (its document's place among the documents returned).
 """
 
@@ -135,11 +139,12 @@ class _Placement:
     left: int
     count: int | None
     wholes: list[tuple[Context, Ancestor, list[Hit], str]]
-    cuts: list[tuple[Context, Ancestor, list[Hit]]]
+    cuts: list[tuple[Context, Ancestor, list[Hit], int]]
+    """Groups that wait for a run, each with the tokens held for it."""
 
     @property
     def full(self) -> bool:
-        return self.count is not None and len(self.wholes) >= self.count
+        return self.count is not None and len(self.wholes) + len(self.cuts) >= self.count
 
 
 def resolve(
@@ -173,9 +178,8 @@ def resolve(
         assert doc is not None
         docs.append(((ctx.number, node[1]), _whole(ctx, node, ev, why, doc, counter)))
     sources: dict[str, Leaves] = {}
-    for ctx, node, ev in placed.cuts:
-        if placed.count is not None and len(docs) >= placed.count:
-            break
+    for ctx, node, ev, held in placed.cuts:
+        placed.left += held
         first = ev[0]
         leaves = sources.setdefault(
             first.source_key, Leaves(first.source_key, first.level, first.n_splits)
@@ -215,7 +219,10 @@ def _visit(
         placed.wholes.append((ctx, node, ev, why))
         return
     if level == 0:
-        placed.cuts.append((ctx, node, ev))
+        held = counter(ev[0].text)
+        held = held if held <= placed.left else 0
+        placed.left -= held
+        placed.cuts.append((ctx, node, ev, held))
         return
     below: dict[str, list[Hit]] = {}
     for hit in ev:

@@ -41,6 +41,12 @@ def sentence(word: str) -> str:
     return (body + " " + "x" * (97 - len(body)) + ".")[:99]
 
 
+def wordy(word: str) -> str:
+    """A sentence like :func:`sentence` with more distinct words (so it scores lower)."""
+    body = word + " " + " ".join(f"q{i}" for i in range(20))
+    return body + " " + "x" * (97 - len(body)) + "."
+
+
 def paragraph(tag: str, section: int, number: int) -> str:
     return " ".join(sentence(marker(tag, section, number, i)) for i in range(10))
 
@@ -251,6 +257,26 @@ class TestMultilevel:
             "start": paragraph[0],
             "end": paragraph[1],
         }
+
+
+    def test_a_weaker_context_placed_whole_never_crowds_out_the_best_hit(self) -> None:
+        # Document a's best hit lies in a 251-token paragraph, which 90 tokens can not hold;
+        # document s (a weaker hit: its sentences have more distinct words) is one 75-token
+        # paragraph. a waits for a run, holding its hit's 25 tokens (65 left), so s's
+        # paragraph no longer fits and waits too (40 left). Then the runs, best first: a's
+        # grows from its hit to the sentence before (50 of 65), s keeps its hit (25 of 40).
+        # Placing s's paragraph first returned it alone, without the best hit.
+        short = " ".join(wordy(marker("s", 0, 0, i)) for i in range(3)) + "\n"
+        docs = retriever("multilevel", {"a": TEXT, "s": short}).invoke(
+            f"{marker('a', 1, 2, 5)} {marker('s', 0, 0, 1)}", k=2, max_tokens=90
+        )
+        assert docs[0].metadata["score"] > docs[1].metadata["score"] > 0
+        assert spans(docs) == [
+            ("a", *span_of(TEXT, marker("a", 1, 2, 4), marker("a", 1, 2, 5))),
+            ("s", *span_of(short, marker("s", 0, 0, 1))),
+        ]
+        assert [d.metadata["tokens"] for d in docs] == [50, 25]
+        assert [d.metadata["escalation"] for d in docs] == ["cut", "cut"]
 
 
 class TestCeiling:
