@@ -258,7 +258,6 @@ class TestMultilevel:
             "end": paragraph[1],
         }
 
-
     def test_a_weaker_context_placed_whole_never_crowds_out_the_best_hit(self) -> None:
         # Document a's best hit lies in a 251-token paragraph, which 90 tokens can not hold;
         # document s (a weaker hit: its sentences have more distinct words) is one 75-token
