@@ -75,8 +75,9 @@ The contract, written once here:
   is placed the same way from its own lowest node; a part whose leaves'
   parent does not fit waits, and the tokens of its best hit's leaf are held
   for it when they fit what is left. Placing stops at ``k`` results, waiting
-  parts counted. Then each waiting part, with what is left plus what was held
-  for it, gets a run cut from that parent around its hits, as above. Results
+  parts that hold tokens counted. Then each waiting part, while fewer than
+  ``k`` results exist, with what is left plus what was held for it, gets a
+  run cut from that parent around its hits, as above. Results
   carry ``context`` (their source's place among the contexts) and ``tokens``,
   ordered by context, then start.
 * **pack.** Under a ceiling (``max_tokens``, else 1,024). The seeds are the
@@ -742,7 +743,7 @@ def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
 
     def place(number: int, ev: list[Hit], level: int, why: str) -> None:
         nonlocal left
-        if s.count is not None and len(wholes) + len(cuts) >= s.count:
+        if s.count is not None and len(wholes) + sum(1 for c in cuts if c[3]) >= s.count:
             return
         node = ev[0].node.chain[level]
         cost = s.tokens_of(text_of(node))
@@ -783,6 +784,8 @@ def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
         docs.append(((number, node.start), doc))
     for number, node, ev, held in cuts:
         left += held
+        if s.count is not None and len(docs) >= s.count:
+            break
         every = node.source.levels[ev[0].node.level]
         inside = [n for n in every if node.start <= n.start and n.end <= node.end]
         cut_from = {"level": node.level, "key": node.key, "start": node.start, "end": node.end}

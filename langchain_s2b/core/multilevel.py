@@ -15,8 +15,8 @@ A covering node that fits what is left comes back whole. One that does not is
 split: its evidence is grouped by the child of the node each hit lies in, and
 each group gets the smallest node that covers it and fits (splitting again as
 needed, best group first). A group whose paragraph does not fit keeps its
-place in rank order: it counts towards ``k``, and the tokens of its best
-hit's own leaf are held for it (when they fit what is left), so a weaker
+place in rank order: the tokens of its best hit's own leaf are held for it
+(when they fit what is left) and it then counts towards ``k``, so a weaker
 group placed whole after it can never crowd out the best evidence. Only after
 every context was placed this way do those groups get runs cut from their
 paragraph around their hits (:mod:`~langchain_s2b.core.ceiling`), with what
@@ -144,7 +144,8 @@ class _Placement:
 
     @property
     def full(self) -> bool:
-        return self.count is not None and len(self.wholes) + len(self.cuts) >= self.count
+        held = sum(1 for *_, tokens in self.cuts if tokens)  # a cut that holds nothing may fail
+        return self.count is not None and len(self.wholes) + held >= self.count
 
 
 def resolve(
@@ -180,6 +181,8 @@ def resolve(
     sources: dict[str, Leaves] = {}
     for ctx, node, ev, held in placed.cuts:
         placed.left += held
+        if placed.count is not None and len(docs) >= placed.count:
+            break
         first = ev[0]
         leaves = sources.setdefault(
             first.source_key, Leaves(first.source_key, first.level, first.n_splits)
