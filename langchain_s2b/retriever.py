@@ -100,7 +100,9 @@ class SmallToBigRetriever(BaseRetriever):
         mode: ``"parent"``, ``"window"`` or ``"multilevel"``.
         k: number of *results* (parents, windows, contexts), not of children.
         contextual_headers: embed and search each child under its document's title
-            and section path (results carry their best match's ``heading``).
+            and section path (results carry their best match's ``heading``); on by
+            default, ``False`` turns it off, a callable ``(document, leaf) -> str``
+            writes its own.
         context_model: a chat model that writes a context for each paragraph,
             embedded and searched with its children (Anthropic's contextual retrieval).
 

@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument(
         "--headers", action=argparse.BooleanOptionalAction, default=None,
         help="embed and search each chunk under its title and section path (default: the "
-        "store's setting; a new store's: off); a change indexes every file again, reusing "
+        "store's setting; a new store's: on); a change indexes every file again, reusing "
         "the vectors of any text embedded before",
     )  # fmt: skip
     index.add_argument(

@@ -37,7 +37,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-DEFAULT_CONTEXTUAL_HEADERS = False
+DEFAULT_CONTEXTUAL_HEADERS = True
 """Whether a retriever embeds contextual headers unless told otherwise (measured: README)."""
 
 HEADING = "heading"

@@ -112,7 +112,7 @@ class TestHeadingShown:
         self, tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         store = tmp_path / "store"
-        _index(capsys, corpus, store)
+        _index(capsys, corpus, store, "--no-headers")
         code, out, _ = _run(capsys, "query", QUERY, "--store", str(store), "--json")
         assert code == 0
         assert all("heading" not in r for r in json.loads(out)["results"])
@@ -124,7 +124,7 @@ class TestSettingChange:
         self, tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         store = tmp_path / "store"
-        assert _embedded_count(_index(capsys, corpus, store)) == (12, 0)
+        assert _embedded_count(_index(capsys, corpus, store, "--no-headers")) == (12, 0)
         assert _embedded_count(_index(capsys, corpus, store, "--headers")) == (12, 0)
         assert _index(capsys, corpus, store).startswith("nothing to do")  # the store's setting
         assert _embedded_count(_index(capsys, corpus, store, "--no-headers")) == (0, 12)
@@ -138,8 +138,8 @@ class TestSettingChange:
         store = tmp_path / "store"
         other = tmp_path / "other.md"
         other.write_text("# Lone\n\nA lone file about libfoo.\n")
-        _index(capsys, corpus, store)
-        _run(capsys, "index", str(other), "--store", str(store))
+        _index(capsys, corpus, store, "--no-headers")
+        _run(capsys, "index", str(other), "--store", str(store))  # the store's setting: off
         out = _index(capsys, corpus, store, "--headers")
         assert "3 file(s)" in out
         assert "3 updated" in out

@@ -117,10 +117,13 @@ def test_a_budget_query_after_an_update_answers_like_a_store_indexed_at_once(
     (folder / "one.md").write_text(ONE)
     (folder / "two.md").write_text(TWO)
     updated, fresh = tmp_path / "updated", tmp_path / "fresh"
-    assert main(["index", str(folder), "--store", str(updated)]) == 0
-    (folder / "two.md").write_text(CHANGED)
-    assert main(["index", str(folder), "--store", str(updated)]) == 0
-    assert main(["index", str(folder), "--store", str(fresh)]) == 0
+    # without headers: with them, "rollo" (one.md's heading) is in half of these 4 leaves, where
+    # FTS5's idf (the command line) and tantivy's (the library) part ways (sqlite_lexical.py)
+    for store in (updated, fresh):
+        assert main(["index", str(folder), "--store", str(store), "--no-headers"]) == 0
+        if store == updated:
+            (folder / "two.md").write_text(CHANGED)
+            assert main(["index", str(folder), "--store", str(updated)]) == 0
     capsys.readouterr()
     answers = []
     for store in (updated, fresh):
@@ -132,7 +135,11 @@ def test_a_budget_query_after_an_update_answers_like_a_store_indexed_at_once(
         d for p in (folder / "one.md", folder / "two.md") for d in read_documents(p, p.read_bytes())
     ]
     memory = SmallToBigRetriever.from_documents(
-        docs, HashingEmbeddings(), mode="multilevel", parent_level="section"
+        docs,
+        HashingEmbeddings(),
+        mode="multilevel",
+        parent_level="section",
+        contextual_headers=False,
     )  # hybrid: its BM25 index is filled as it adds
     want = memory.invoke("Rollo steam", mode="window", max_tokens=20)
     assert got[0] == got[1] == [(d.page_content, d.metadata["score"]) for d in want]

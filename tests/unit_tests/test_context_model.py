@@ -105,7 +105,8 @@ class TestCache:
         retriever.add_documents([_doc()], ["n"])
         result = retriever.add_documents([_doc(v=2)], ["n"])  # new metadata: written again
         assert result.updated == ["n"]
-        headed = retriever.model_copy(update={"contextual_headers": True})
+        other = not retriever.contextual_headers  # another setting: every leaf embedded again
+        headed = retriever.model_copy(update={"contextual_headers": other})
         assert headed.add_documents([_doc(v=2)], ["n"]).updated == ["n"]
         assert model.calls == 6
 

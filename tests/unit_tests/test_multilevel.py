@@ -41,6 +41,7 @@ def _retriever(**fields: Any) -> SmallToBigRetriever:
     # one short document of 28 sentences, most sharing no word with a query: a margin of one
     # standard deviation keeps the two best hits apart from the weak ones (see below)
     fields.setdefault("margin", 1.0)
+    fields.setdefault("contextual_headers", False)  # the scores below are the sentences' own
     doc = Document(page_content=TEXT, id="zoo")
     return SmallToBigRetriever.from_documents([doc], BagOfWords(), mode="multilevel", **fields)
 

@@ -230,8 +230,9 @@ async def test_stdio_search_returns_the_right_context_as_s2b_query_does(
     text = _text(result)
     first = text.splitlines()[0]
     score = contexts[0]["score"]
-    assert (
-        first == f"#1  score {score:.3f}  normans  source {normans}  [parent/section, chars 0-178]"
+    assert first == (  # the heading path (headers are on by default) after §
+        f"#1  score {score:.3f}  normans  § normans  source {normans}  "
+        "[parent/section, chars 0-178]"
     )
     assert f"**{ROLLO_SENTENCE}**" in text
     assert text.count("#2  score") == 1
@@ -607,7 +608,7 @@ async def test_langchain_agent_cites_the_context_through_mcp_adapters(
     normans = corpus / "normans.md"
     _check_rollo_context(context, normans)
     assert messages[-1].text == (
-        f"According to #1  score {context['score']:.3f}  normans  source {normans}  "
+        f"According to #1  score {context['score']:.3f}  normans  § normans  source {normans}  "
         "[parent/section, chars 0-178]"
     )
     assert errlog.read_text() == ""
