@@ -48,7 +48,7 @@ from langchain_s2b.core import lifecycle
 from langchain_s2b.core import verify as checks
 from langchain_s2b.core.batch import lockstep
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens, estimate_tokens
-from langchain_s2b.core.headers import DEFAULT_CONTEXTUAL_HEADERS, check_headers, describe_headers
+from langchain_s2b.core.headers import check_headers, default_headers, describe_headers
 from langchain_s2b.core.ingest import IndexingResult
 from langchain_s2b.core.params import (
     MARGIN,
@@ -100,9 +100,10 @@ class SmallToBigRetriever(BaseRetriever):
         mode: ``"parent"``, ``"window"`` or ``"multilevel"``.
         k: number of *results* (parents, windows, contexts), not of children.
         contextual_headers: embed and search each child under its document's title
-            and section path (results carry their best match's ``heading``); on by
-            default, ``False`` turns it off, a callable ``(document, leaf) -> str``
-            writes its own.
+            and section path (results carry their best match's ``heading``); ``None``
+            (the default) turns it on when the leaves are sentences (window,
+            multilevel and pack trees) and off for chunk leaves (parent mode's
+            default), as measured; a callable ``(document, leaf) -> str`` writes its own.
         context_model: a chat model that writes a context for each paragraph,
             embedded and searched with its children (Anthropic's contextual retrieval).
 
@@ -182,7 +183,7 @@ class SmallToBigRetriever(BaseRetriever):
     """Metadata field(s) that identify a source; default ``Document.id`` or a content hash."""
     on_missing: str = Field(default="raise", pattern="^(raise|skip)$")
     """A node missing from the docstore: ``"raise"``, or ``"skip"`` (logged and counted)."""
-    contextual_headers: bool | Callable[[Document, Document], str] = DEFAULT_CONTEXTUAL_HEADERS
+    contextual_headers: bool | Callable[[Document, Document], str] | None = None
     """Embed and lexically index each leaf under its title and section path (README); or a
     callable ``(document, leaf) -> header``. Results carry their best match's ``heading``."""
     context_model: BaseChatModel | None = None
@@ -220,7 +221,7 @@ class SmallToBigRetriever(BaseRetriever):
 
     @field_validator("contextual_headers", mode="plain")
     @classmethod
-    def _check_headers(cls, value: Any) -> bool | Callable[[Document, Document], str]:
+    def _check_headers(cls, value: Any) -> bool | Callable[[Document, Document], str] | None:
         return check_headers(value)
 
     @model_validator(mode="after")
@@ -236,6 +237,8 @@ class SmallToBigRetriever(BaseRetriever):
         self._levels = check_levels(
             self.levels or default_levels(self.mode, self.child_splitter, self.parent_splitter)
         )
+        if self.contextual_headers is None:  # by the leaves, once: what the index holds
+            self.__dict__["contextual_headers"] = default_headers(self._levels[0].name)
         index: ChildIndex = (
             HybridChildIndex(self.vectorstore) if self.hybrid else DenseChildIndex(self.vectorstore)
         )
@@ -351,7 +354,7 @@ class SmallToBigRetriever(BaseRetriever):
             fields,
             limit,
             counter if limit is not None and callable(counter) else estimate_tokens,
-            headers=self.contextual_headers,
+            headers=False if self.contextual_headers is None else self.contextual_headers,
             context_model=self._context_model_name(),
         )
 

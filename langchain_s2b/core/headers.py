@@ -38,7 +38,22 @@ from typing import Any
 from langchain_core.documents import Document
 
 DEFAULT_CONTEXTUAL_HEADERS = True
-"""Whether a retriever embeds contextual headers unless told otherwise (measured: README)."""
+"""Whether the command line's stores (sentence leaves) embed contextual headers unless told."""
+
+HEADED_LEAVES = frozenset({"sentence"})
+"""Leaf levels a retriever embeds under their header unless told otherwise.
+
+Measured on the dev set with e5 and MiniLM, told the budget (README, "Contextual
+headers"): with sentence leaves (window, multilevel and pack trees) headers are at or
+above off at every budget with both models; with parent mode's ~300-token chunks they
+lose .006-.008 with e5 (a chunk carries its own referents), so those stay off.
+"""
+
+
+def default_headers(leaf_level: str) -> bool:
+    """The ``contextual_headers`` a retriever gets when it names none: on for sentence leaves."""
+    return leaf_level in HEADED_LEAVES
+
 
 HEADING = "heading"
 """The leaf metadata field that holds its header (results carry their best match's)."""
@@ -267,12 +282,13 @@ def describe_headers(headers: bool | HeaderFunction | None) -> str:
     return "custom"
 
 
-def check_headers(value: Any) -> bool | HeaderFunction:
-    """``contextual_headers=`` must be a bool or a callable ``(document, leaf) -> str``."""
-    if isinstance(value, bool) or callable(value):
+def check_headers(value: Any) -> bool | HeaderFunction | None:
+    """``contextual_headers=`` must be a bool, a callable ``(document, leaf) -> str`` or None."""
+    if value is None or isinstance(value, bool) or callable(value):
         return value  # type: ignore[no-any-return]
     msg = (
-        f"contextual_headers must be True, False or a callable (document, leaf) -> str; "
+        f"contextual_headers must be True, False, None (by the leaves) or a callable "
+        f"(document, leaf) -> str; "
         f"got {type(value).__name__} ({value!r:.60})."
     )
     raise ValueError(msg)

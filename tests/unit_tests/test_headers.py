@@ -192,7 +192,8 @@ class TestEmbedded:
             _retriever(contextual_headers=lambda doc, leaf: 3)
 
     def test_a_bad_setting_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="contextual_headers must be True, False or a call"):
+        refused = r"contextual_headers must be True, False, None \(by the leaves\) or a call"
+        with pytest.raises(ValueError, match=refused):
             SmallToBigRetriever(vectorstore=FaissIndex(BagOfWords()), contextual_headers="yes")
 
     def test_a_store_that_embeds_page_content_itself_is_refused(self) -> None:
@@ -374,3 +375,33 @@ def test_of_equal_matches_the_first_in_the_text_gives_the_heading() -> None:
     assert [text[m["start"] : m["end"]].strip() for m in matches] == ["Zebra one.", "Zebra two."]
     assert matches[0]["score"] == matches[1]["score"]  # T > Alpha and T > Beta: as many words
     assert doc.metadata["heading"] == "T > Alpha"
+
+
+class TestDefault:
+    """Unnamed, headers follow the leaves: on for sentences, off for parent mode's chunks."""
+
+    @pytest.mark.parametrize(
+        ("mode", "want"),
+        [("parent", False), ("window", True), ("multilevel", True), ("pack", True)],
+    )
+    def test_by_the_leaves(self, mode: str, want: bool) -> None:
+        r = SmallToBigRetriever(vectorstore=FaissIndex(Recording()), mode=mode)  # type: ignore[arg-type]
+        assert r.contextual_headers is want
+        assert r.model_copy(update={"mode": "window"}).contextual_headers is want  # the index's
+
+    def test_named_settings_win(self) -> None:
+        for mode, headers in (("parent", True), ("window", False)):
+            r = SmallToBigRetriever(
+                vectorstore=FaissIndex(Recording()),
+                mode=mode,  # type: ignore[arg-type]
+                contextual_headers=headers,
+            )
+            assert r.contextual_headers is headers
+
+    def test_a_sentence_leaf_is_embedded_under_its_header_unasked(self) -> None:
+        emb = Recording()
+        r = SmallToBigRetriever(vectorstore=FaissIndex(emb), mode="window")
+        r.add_documents([Document("# Rollo\n\nHe led them.", metadata={"title": "Normans"})])
+        led = [p for p in emb.passages if p.endswith("He led them.")]
+        assert led == [embedded_text("He led them.", {"heading": "Normans > Rollo"})]
+        assert led[0].startswith("Normans > Rollo")
