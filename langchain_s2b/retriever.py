@@ -97,7 +97,7 @@ class SmallToBigRetriever(BaseRetriever):
             ``VectorStore`` that returns scores works).
         docstore: a ``BaseStore[str, Document]`` of nodes (parents, neighbours,
             documents), or pass ``byte_store`` for any byte store (JSON codec).
-        mode: ``"parent"``, ``"window"`` or ``"multilevel"``.
+        mode: ``"parent"``, ``"window"``, ``"multilevel"`` or ``"pack"``.
         k: number of *results* (parents, windows, contexts), not of children.
         contextual_headers: embed and search each child under its document's title
             and section path (results carry their best match's ``heading``); ``None``
@@ -185,7 +185,8 @@ class SmallToBigRetriever(BaseRetriever):
     """A node missing from the docstore: ``"raise"``, or ``"skip"`` (logged and counted)."""
     contextual_headers: bool | Callable[[Document, Document], str] | None = None
     """Embed and lexically index each leaf under its title and section path (README); or a
-    callable ``(document, leaf) -> header``. Results carry their best match's ``heading``."""
+    callable ``(document, leaf) -> header``; ``None``: on for sentence leaves, off for chunk
+    leaves (resolved at construction). Results carry their best match's ``heading``."""
     context_model: BaseChatModel | None = None
     """A chat model that writes a context for each paragraph, embedded with its sentences."""
     context_cache: BaseStore[str, bytes] | None = None
