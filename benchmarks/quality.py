@@ -46,7 +46,9 @@ from models import (  # benchmarks/models.py (the folder is on sys.path)
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
+from langchain_s2b.core.budget import approximate_tokens
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
+from langchain_s2b.evaluation.scoring import whitespace_tokens
 
 BUDGETS = (256, 512, 1024, 2048, 8192)
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +90,12 @@ def load(data: Path) -> list[Document]:
     """The dev set's documents (questions come from :func:`load_questions`)."""
     docs = [json.loads(line) for line in (data / "documents.jsonl").open()]
     return [
-        Document(page_content=d["text"], id=d["id"], metadata={"title": d["title"]}) for d in docs
+        Document(
+            page_content=d["text"],
+            id=d["id"],
+            metadata={"title": d["title"]} if d.get("title") else {},
+        )
+        for d in docs
     ]
 
 
@@ -181,6 +188,12 @@ def main() -> None:
     parser.add_argument("--model", choices=MODELS, default="e5", help="the embedding model")
     parser.add_argument("--margin", type=float, default=None, help="evidence margin (std devs)")
     parser.add_argument(
+        "--words", action="store_true", help="budgets in whitespace words (told and cut)"
+    )
+    parser.add_argument(
+        "--multi", action="store_true", help="only the questions marked multi (several spans)"
+    )
+    parser.add_argument(
         "--ladder", action="store_true", help="the share of plain multilevel results per level"
     )
     parser.add_argument(
@@ -194,7 +207,16 @@ def main() -> None:
     args = parser.parse_args()
     rules = args.rules.split(",")
     documents = load(args.data)
-    questions = load_questions(args.data / "questions.jsonl", limit=args.questions)
+    questions = load_questions(args.data / "questions.jsonl")
+    if args.multi:
+        multi = {
+            row["id"]
+            for row in map(json.loads, (args.data / "questions.jsonl").open())
+            if row.get("multi")
+        }
+        questions = [q for q in questions if q.id in multi]
+    questions = questions[: args.questions]
+    counter = whitespace_tokens if args.words else approximate_tokens
     emb = Cached(load_model(args.model))
     if args.cache:
         emb.load(args.cache)
@@ -212,7 +234,15 @@ def main() -> None:
     reports = []
     for name in wanted:
         t = time.perf_counter()
-        report = evaluate(table[name](), questions, name=name, k=4, budgets=BUDGETS, rules=rules)
+        report = evaluate(
+            table[name](),
+            questions,
+            name=name,
+            k=4,
+            budgets=BUDGETS,
+            rules=rules,
+            token_counter=counter,
+        )
         reports.append(report)
         rates = "  ".join(
             f"{rule} " + " ".join(f"{report.hit_by_rule[rule][b]:.3f}" for b in BUDGETS)
