@@ -45,8 +45,8 @@ from models import (  # benchmarks/models.py (the folder is on sys.path)
 )
 
 from langchain_s2b import SmallToBigRetriever
-from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
 from langchain_s2b.core.budget import approximate_tokens
+from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
 from langchain_s2b.evaluation.scoring import whitespace_tokens
 
