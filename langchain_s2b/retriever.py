@@ -51,6 +51,7 @@ from langchain_s2b.core.budget import TokenCounter, approximate_tokens, estimate
 from langchain_s2b.core.headers import check_headers, default_headers, describe_headers
 from langchain_s2b.core.ingest import IndexingResult
 from langchain_s2b.core.params import (
+    CONFIDENCE,
     MARGIN,
     OVERRIDABLE,
     Mode,
@@ -177,6 +178,8 @@ class SmallToBigRetriever(BaseRetriever):
     """Reorders the ``fetch_k`` best children before the evidence and any budget (not saved)."""
     margin: float = Field(default=MARGIN, ge=0)
     """Evidence: hits within this many standard deviations of the query's scores of the best."""
+    confidence: float = Field(default=CONFIDENCE, ge=0)
+    """Confident evidence (it decides multilevel escalations): within this many std devs."""
     merge_threshold: float | None = Field(default=None, ge=0, lt=1)
     """Multilevel: also merge into a parent when more than this share of its children hit."""
     source_id_key: str | list[str] | None = None

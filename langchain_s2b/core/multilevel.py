@@ -27,16 +27,18 @@ its ``context`` (its document's place among the documents returned).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langchain_core.documents import Document
 
 from langchain_s2b.core.budget import MULTILEVEL_BUDGET, TokenCounter
-from langchain_s2b.core.ceiling import Bounds, Leaves, cut, cut_document
+from langchain_s2b.core.ceiling import Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_of
 from langchain_s2b.core.params import QueryParams
-from langchain_s2b.core.relevance import evidence
+from langchain_s2b.core.place import Run, Slot, as_cut, coverage, grow, pays, read_around, seed
+from langchain_s2b.core.ranking import Ranked
+from langchain_s2b.core.relevance import confident, evidence
 from langchain_s2b.core.requests import Fetch, Op, ask
 
 Ancestor = tuple[str, int, int, int]
@@ -89,74 +91,61 @@ def ratio_level(hits: Sequence[Hit], threshold: float) -> int:
 
 @dataclass(frozen=True)
 class Context:
-    """One document's evidence and the node that covers it."""
+    """One document's evidence, its confident evidence, and the node that covers the latter."""
 
     number: int
     group: Group
     evidence: list[Hit]
+    top: list[Hit]
+    """The hits that decide the escalation: the confident evidence, else the best hit."""
     level: int
-    """Index into the evidence's ``ancestors`` of the covering node."""
+    """Index into the top hits' ``ancestors`` of the node that covers them."""
     why: str
 
 
-def contexts(
-    groups: Sequence[Group],
-    ranked_hits: Sequence[Hit],
-    relevance: Mapping[str, float],
-    p: QueryParams,
-) -> list[Context]:
+def contexts(groups: Sequence[Group], ranking: Ranked, p: QueryParams) -> list[Context]:
     """The contexts to answer with: the first ``k``, or (``k=None``) those holding evidence."""
-    found = {hit.key for hit in evidence(ranked_hits, relevance, p.margin)}
+    found = {hit.key for hit in evidence(ranking.hits, ranking.relevance, p.margin)}
+    sure = {
+        hit.key
+        for hit in confident(ranking.hits, ranking.relevance, ranking.scale, p.confidence, p.margin)
+    }
     chosen = [g for g in groups if any(h.key in found for h in g.hits)]
     if p.count is not None:
         chosen = list(groups[: p.count])
     out = []
     for number, doc in enumerate(chosen):
         ev = [h for h in doc.hits if h.key in found] or doc.hits[:1]
-        level = common_level(ev)
+        top = [h for h in ev if h.key in sure] or ev[:1]
+        level = common_level(top)
         why = "single-parent" if level == 0 else "spans-parents"
         if p.merge_threshold is not None:
-            by_ratio = ratio_level(ev, p.merge_threshold)
+            by_ratio = ratio_level(top, p.merge_threshold)
             if by_ratio > level:
                 level, why = by_ratio, "ratio"
-        out.append(Context(number, doc, ev, level, why))
+        out.append(Context(number, doc, ev, top, level, why))
     return out
 
 
 def node_keys(chosen: Sequence[Context]) -> list[str]:
-    """Every node a context may be answered with: the evidence's ancestors up to its cover."""
+    """Every node a context may be answered with: its cover, the nodes below, each paragraph."""
     keys: dict[str, None] = {}
     for ctx in chosen:
-        for hit in ctx.evidence:
+        for hit in ctx.top:
             keys.update((a[0], None) for a in hit.ancestors[: ctx.level + 1])
+        keys.update((hit.ancestors[0][0], None) for hit in ctx.evidence)
     return list(keys)
 
 
-@dataclass
-class _Placement:
-    """What the ladder placed so far, and what is left of the budget."""
-
-    left: int
-    count: int | None
-    wholes: list[tuple[Context, Ancestor, list[Hit], str]]
-    cuts: list[tuple[Context, Ancestor, list[Hit], int]]
-    """Groups that wait for a run, each with the tokens held for it."""
-
-    @property
-    def full(self) -> bool:
-        held = sum(1 for *_, tokens in self.cuts if tokens)  # a cut that holds nothing may fail
-        return self.count is not None and len(self.wholes) + held >= self.count
+Whole = tuple[Context, Ancestor, list[Hit], str]
+"""A node taken whole: its context, the node, the evidence inside, why."""
 
 
 def resolve(
-    groups: list[Group],
-    ranked_hits: Sequence[Hit],
-    relevance: Mapping[str, float],
-    params: QueryParams,
-    on_missing: str,
+    groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
 ) -> Op[list[Document]]:
-    """Place every context on the ladder within the ceiling; cut runs last."""
-    chosen = contexts(groups, ranked_hits, relevance, params)
+    """The ladder's nodes whole when they fit; a reached ceiling spent evidence first."""
+    chosen = contexts(groups, ranking, params)
     budget = params.max_tokens if params.max_tokens is not None else MULTILEVEL_BUDGET
     counter = params.token_counter
     if not any(counter(hit.text) <= budget for ctx in chosen for hit in ctx.evidence):
@@ -166,81 +155,191 @@ def resolve(
     if keys:
         values = yield from ask(Fetch(keys))
     nodes = dict(zip(keys, values, strict=True))
-    placed = _Placement(budget, params.count, [], [])
+    try:
+        plain = _plain(chosen, nodes, params.count)
+    except MissingNodeError:
+        if on_missing == "raise":
+            raise
+        chosen = [ctx for ctx in chosen if _complete(ctx, nodes)]
+        plain = _plain(chosen, nodes, params.count)
+    if sum(counter(_text(node, nodes)) for _, node, _, _ in plain) <= budget:
+        wholes = plain  # a ceiling the answer does not reach changes nothing
+        docs = [
+            _whole(ctx, node, ev, why, _doc(node, nodes), counter) for ctx, node, ev, why in wholes
+        ]
+        return _in_order(docs)
+    return (yield from _ceiling(chosen, nodes, ranking, params, budget))
+
+
+def _plain(
+    chosen: Sequence[Context], nodes: Mapping[str, Document | None], count: int | None
+) -> list[Whole]:
+    """The answer when nothing is cut, at most ``count`` results.
+
+    Each context's cover whole, and the paragraph of each evidence hit outside
+    it, in context order and within a context best hit first.
+    """
+    entries: list[tuple[tuple[int, int], Whole]] = []
+    rank = {hit.key: i for ctx in chosen for i, hit in enumerate(ctx.group.hits)}
     for ctx in chosen:
-        try:
-            _visit(ctx, ctx.evidence, ctx.level, ctx.why, nodes, counter, placed)
-        except MissingNodeError:
-            if on_missing == "raise":
-                raise
-    docs: list[tuple[tuple[int, int], Document]] = []
-    for ctx, node, ev, why in placed.wholes:
-        doc = nodes[node[0]]
-        assert doc is not None
-        docs.append(((ctx.number, node[1]), _whole(ctx, node, ev, why, doc, counter)))
-    sources: dict[str, Leaves] = {}
-    for ctx, node, ev, held in placed.cuts:
-        placed.left += held
-        if placed.count is not None and len(docs) >= placed.count:
-            break
-        first = ev[0]
-        leaves = sources.setdefault(
-            first.source_key, Leaves(first.source_key, first.level, first.n_splits)
-        )
-        found = yield from cut(ev, Bounds(start=node[1], end=node[2]), placed.left, counter, leaves)
-        if found is None:
-            continue
-        placed.left -= found.tokens
-        base = nodes[node[0]]
-        cut_from = {"level": level_of(node[0]), "key": node[0], "start": node[1], "end": node[2]}
+        cover = ctx.top[0].ancestors[ctx.level]
+        _doc(cover, nodes)
+        inside = [h for h in ctx.evidence if _within(h, cover)]
+        entries.append(((ctx.number, rank[inside[0].key]), (ctx, cover, inside, ctx.why)))
+        outside: dict[str, list[Hit]] = {}
+        for hit in ctx.evidence:
+            if not _within(hit, cover):
+                outside.setdefault(hit.ancestors[0][0], []).append(hit)
+        for hits in outside.values():
+            node = hits[0].ancestors[0]
+            _doc(node, nodes)
+            entries.append(((ctx.number, rank[hits[0].key]), (ctx, node, hits, "single-parent")))
+    entries.sort(key=lambda entry: entry[0])
+    kept = [whole for _, whole in entries]
+    return kept if count is None else kept[:count]
+
+
+def _ceiling(
+    chosen: Sequence[Context],
+    nodes: Mapping[str, Document | None],
+    ranking: Ranked,
+    params: QueryParams,
+    budget: int,
+) -> Op[list[Document]]:
+    """Evidence first, then nodes that pay, then runs by worth (:mod:`.place`)."""
+    counter = params.token_counter
+    ranks = {hit.key: rank for rank, hit in enumerate(ranking.hits)}
+    ladder = _Ladder(nodes, counter, budget, max(params.before, params.after, 1))
+    for ctx in chosen:
+        for hit in ctx.evidence:
+            ladder.slot_of(ctx, hit).hits.append(hit)
+    slots = ladder.slots
+    yield from read_around(slots, ladder.sources)
+    order = sorted(
+        ((ranks[h.key], index, h) for index, slot in enumerate(slots) for h in slot.hits),
+        key=lambda entry: entry[:2],
+    )
+    order_ = [(i, h) for _, i, h in order]
+    ladder.left = seed(slots, order_, budget, params.count, counter, ladder.sources)
+    for ctx in chosen:
+        ladder.visit(ctx, ctx.top, ctx.level, ctx.why)
+    for index, slot in enumerate(slots):
+        if not slot.whole and slot.runs:
+            ladder.take(ladder.owner[index], slot.hits[0].ancestors[0], "single-parent")
+    yield from grow(slots, ranks, ladder.left, counter, ladder.sources)
+    docs = [
+        _whole(ctx, node, ev, why, _doc(node, nodes), counter)
+        for ctx, node, ev, why in ladder.wholes
+    ]
+    for index, slot in enumerate(slots):
+        if not slot.whole:
+            docs += [ladder.run_document(ladder.owner[index], slot, run) for run in slot.runs]
+    return _in_order(docs)
+
+
+@dataclass
+class _Ladder:
+    """A reached ceiling's placement: the paragraphs' slots, the nodes taken whole, the budget."""
+
+    nodes: Mapping[str, Document | None]
+    counter: TokenCounter
+    budget: int
+    reach: int
+    """How many leaves on each side of a hit count as covered (:func:`.place.coverage`)."""
+    left: int = 0
+    slots: list[Slot] = field(default_factory=list)
+    owner: list[Context] = field(default_factory=list)
+    wholes: list[Whole] = field(default_factory=list)
+    sources: dict[str, Leaves] = field(default_factory=dict)
+    _index: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def slot_of(self, ctx: Context, hit: Hit) -> Slot:
+        """The slot of a hit's paragraph (in its context), made on first use."""
+        para = hit.ancestors[0]
+        index = self._index.get((ctx.number, para[0]))
+        if index is None:
+            index = self._index[ctx.number, para[0]] = len(self.slots)
+            bounds = Bounds(start=para[1], end=para[2])
+            self.slots.append(Slot(hit.source_key, hit.level, hit.n_splits, bounds, []))
+            self.owner.append(ctx)
+        return self.slots[index]
+
+    def visit(self, ctx: Context, top: list[Hit], level: int, why: str) -> None:
+        """Take the node over ``top`` whole when it pays, else the nodes below it."""
+        before = len(self.wholes)
+        self.take(ctx, top[0].ancestors[level], why)
+        if len(self.wholes) > before or level == 0:
+            return
+        below: dict[str, list[Hit]] = {}
+        for hit in top:
+            below.setdefault(hit.ancestors[level - 1][0], []).append(hit)
+        for part in below.values():
+            inner = common_level(part)
+            self.visit(ctx, part, inner, "single-parent" if inner == 0 else "spans-parents")
+
+    def take(self, ctx: Context, node: Ancestor, why: str) -> None:
+        """Take ``node`` whole when the evidence placed in it pays for it."""
+        _, start, end, _ = node
+        inside = [
+            slot
+            for slot, owner in zip(self.slots, self.owner, strict=True)
+            if owner is ctx
+            and not slot.whole
+            and start <= slot.hits[0].start
+            and slot.hits[0].end <= end
+        ]
+        placed = [h for slot in inside for h in slot.hits if slot.run_at(h.split_id) is not None]
+        if not placed:
+            return
+        extra = self.counter(_text(node, self.nodes)) - sum(slot.tokens for slot in inside)
+        cover = coverage(placed, start, end, self.reach, self.sources)
+        if not pays(cover, extra, self.left, self.budget):
+            return
+        for slot in inside:
+            slot.whole = True
+        hits = sorted((h for slot in inside for h in slot.hits), key=lambda h: h.start)
+        self.wholes.append((ctx, node, hits, why))
+        self.left -= extra
+
+    def run_document(self, ctx: Context, slot: Slot, run: Run) -> Document:
+        """A run as a result: its paragraph whole when it grew to all of it, else a cut."""
+        found = as_cut(run, slot)
+        para = slot.hits[0].ancestors[0]
+        if (found.start, found.end) == (para[1], para[2]):
+            return _whole(
+                ctx, para, found.hits, "single-parent", _doc(para, self.nodes), self.counter
+            )
+        cut_from = {"level": level_of(para[0]), "key": para[0], "start": para[1], "end": para[2]}
+        base = self.nodes.get(para[0])
         doc = cut_document(found, ctx.group, "multilevel", base.metadata if base else {}, cut_from)
         doc.metadata["context"] = ctx.number
-        docs.append(((ctx.number, found.start), doc))
-    return [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+        return doc
 
 
-def _visit(
-    ctx: Context,
-    ev: list[Hit],
-    level: int,
-    why: str,
-    nodes: Mapping[str, Document | None],
-    counter: TokenCounter,
-    placed: _Placement,
-) -> None:
-    """Place ``ev`` under its node at ``level``: whole if it fits, else split, else cut later."""
-    if placed.full:
-        return
-    node = ev[0].ancestors[level]
+def _within(hit: Hit, node: Ancestor) -> bool:
+    return node[1] <= hit.start and hit.end <= node[2]
+
+
+def _doc(node: Ancestor, nodes: Mapping[str, Document | None]) -> Document:
     doc = nodes.get(node[0])
     if doc is None:
         msg = f"Node {node[0]!r} is in the child index's ancestry but not in the store."
         raise MissingNodeError(msg)
-    tokens = counter(doc.page_content)
-    if tokens <= placed.left:
-        placed.left -= tokens
-        placed.wholes.append((ctx, node, ev, why))
-        return
-    if level == 0:
-        held = counter(ev[0].text)
-        held = held if held <= placed.left else 0
-        placed.left -= held
-        placed.cuts.append((ctx, node, ev, held))
-        return
-    below: dict[str, list[Hit]] = {}
-    for hit in ev:
-        below.setdefault(hit.ancestors[level - 1][0], []).append(hit)
-    for part in below.values():
-        inner = common_level(part)
-        _visit(
-            ctx,
-            part,
-            inner,
-            "single-parent" if inner == 0 else "spans-parents",
-            nodes,
-            counter,
-            placed,
-        )
+    return doc
+
+
+def _text(node: Ancestor, nodes: Mapping[str, Document | None]) -> str:
+    return _doc(node, nodes).page_content
+
+
+def _complete(ctx: Context, nodes: Mapping[str, Document | None]) -> bool:
+    """Whether every node a context may need is in the store."""
+    return all(nodes.get(key) is not None for key in node_keys([ctx]))
+
+
+def _in_order(docs: list[Document]) -> list[Document]:
+    """Results by context (document rank), then by place in the document."""
+    return sorted(docs, key=lambda d: (d.metadata["context"], d.metadata["start"]))
 
 
 def _whole(

@@ -16,6 +16,8 @@ DEFAULT_K = 4
 """Results per query when ``k`` is ``None`` and no budget is named."""
 MARGIN = 4.5
 """Default evidence margin, in standard deviations of the query's own scores."""
+CONFIDENCE = 1.0
+"""Default margin of the confident evidence, which decides escalations (std devs)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class QueryParams:
     coalesce: bool = True
     max_tokens: int | None = None
     margin: float = MARGIN
+    confidence: float = CONFIDENCE
     merge_threshold: float | None = None
     hybrid: bool = True
     token_counter: TokenCounter = approximate_tokens
@@ -58,7 +61,7 @@ class QueryParams:
 
 OVERRIDABLE = frozenset(f.name for f in fields(QueryParams))
 _POSITIVE = ("k", "fetch_k", "max_tokens")
-_NON_NEGATIVE = ("window_size", "window_before", "window_after", "margin")
+_NON_NEGATIVE = ("window_size", "window_before", "window_after", "margin", "confidence")
 
 
 def check(params: QueryParams) -> QueryParams:
@@ -68,7 +71,7 @@ def check(params: QueryParams) -> QueryParams:
         raise ValueError(msg)
     for name in (*_POSITIVE, *_NON_NEGATIVE):
         value = getattr(params, name)
-        if value is None and name not in ("fetch_k", "window_size", "margin"):
+        if value is None and name not in ("fetch_k", "window_size", "margin", "confidence"):
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             msg = f"{name} must be a number; got {value!r}."

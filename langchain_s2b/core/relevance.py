@@ -74,3 +74,25 @@ def evidence(hits: Sequence[Hit], relevance: Mapping[str, float], margin: float)
         return []
     bar = cut({hit.key: relevance[hit.key] for hit in hits}, margin)
     return [hit for hit in hits if hit.score > 0 and relevance[hit.key] >= bar]
+
+
+def confident(
+    hits: Sequence[Hit], relevance: Mapping[str, float], scale: Scale, margin: float, broad: float
+) -> list[Hit]:
+    """The hits that stand out: the evidence that decides an escalation, in rank order.
+
+    Narrower than :func:`evidence` on purpose: the evidence (within ``broad``
+    of the best on the rank score) whose cosine stands out too, within
+    ``margin`` standard deviations of the best hit's on the cosine's own
+    scale. A hit that BM25 alone lifts into the evidence, or whose cosine
+    trails the best one's by more than ``margin``, never decides that the
+    hits span several parents. (The cosine's scale, not the fused one, is the
+    measure: it is read on the query's 100 best, where a fused list of two
+    lexical hits would stand them ``2`` apart whatever their scores.)
+    """
+    found = evidence(hits, relevance, broad)
+    if not found:
+        return []
+    dense = {hit.key: scale.z(hit.score) for hit in found}
+    bar = max(dense.values()) - margin
+    return [hit for hit in found if dense[hit.key] >= bar]

@@ -21,10 +21,21 @@ from dataclasses import dataclass
 from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel, pack
-from langchain_s2b.core.ceiling import Bounds, Leaves, cut, cut_document
+from langchain_s2b.core.ceiling import Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
+from langchain_s2b.core.place import (
+    Run,
+    Slot,
+    as_cut,
+    coverage,
+    grow,
+    leaves_of,
+    pays,
+    read_around,
+    seed,
+)
 from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked
 from langchain_s2b.core.relevance import evidence
 from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Vector, ask
@@ -105,9 +116,13 @@ def shaped(
         for _, docs in built:
             for doc in docs:
                 doc.metadata["tokens"] = params.token_counter(doc.page_content)
-        if params.max_tokens is None:
-            return [doc for _, docs in built for doc in docs]
-        return (yield from ceiling(built, fetched, bounds, mode, params))
+        whole = [doc for _, docs in built for doc in docs]
+        if (
+            params.max_tokens is None
+            or sum(d.metadata["tokens"] for d in whole) <= params.max_tokens
+        ):
+            return whole  # a ceiling the answer does not reach changes nothing
+        return (yield from ceiling(built, fetched, ranking, bounds, mode, params))
 
     return resolve
 
@@ -146,37 +161,71 @@ def _build_all(
 def ceiling(
     built: list[tuple[Group, list[Document]]],
     fetched: Fetched,
+    ranking: Ranked,
     bounds: Callable[[Group], Bounds],
     mode: str,
     params: QueryParams,
 ) -> Op[list[Document]]:
-    """Each result whole while it fits what is left, else cut around its hits."""
+    """A reached ceiling (:mod:`~langchain_s2b.core.place`): evidence, whole parents, context.
+
+    Every result's evidence hits get their own leaves first, in rank order; a
+    parent then comes back whole when it fits and pays; every other result
+    grows around its hits by worth, inside its parent or window, and a run
+    that grew to its whole window or parent is that result whole.
+    """
     counter = params.token_counter
-    left = params.max_tokens or 0
+    budget = params.max_tokens or 0
+    found = {hit.key for hit in evidence(ranking.hits, ranking.relevance, params.margin)}
+    ranks = {hit.key: rank for rank, hit in enumerate(ranking.hits)}
+    built = [(group, docs) for group, docs in built if docs]
+    slots = [
+        Slot(
+            group.source_key,
+            group.hits[0].level,
+            group.hits[0].n_splits,
+            bounds(group),
+            [h for h in group.hits if h.key in found] or group.hits[:1],
+        )
+        for group, _ in built
+    ]
     sources: dict[str, Leaves] = {}
+    for slot in slots:
+        leaves_of(slot, sources).read(fetched)  # a window's leaves: fetched already
+    yield from read_around(slots, sources)
+    order = sorted(
+        ((ranks[h.key], index, h) for index, slot in enumerate(slots) for h in slot.hits),
+        key=lambda entry: entry[:2],
+    )
+    left = seed(slots, [(i, h) for _, i, h in order], budget, params.count, counter, sources)
+    if mode == "parent":
+        for (group, docs), slot in zip(built, slots, strict=True):
+            extra = sum(d.metadata["tokens"] for d in docs) - slot.tokens
+            reach = max(params.before, params.after, 1)
+            cover = coverage(slot.hits, group.start, group.end, reach, sources)
+            if slot.runs and pays(cover, extra, left, budget):
+                slot.whole = True
+                left -= extra
+    yield from grow(slots, ranks, left, counter, sources)
     out: list[Document] = []
-    for group, docs in built:
-        cost = sum(doc.metadata["tokens"] for doc in docs)
-        if not docs:
-            continue
-        if cost <= left:
+    for (group, docs), slot in zip(built, slots, strict=True):
+        if slot.whole or (len(slot.runs) == 1 and _is_whole(slot.runs[0], group, docs, mode)):
             out += docs
-            left -= cost
             continue
-        first = group.hits[0]
-        leaves = sources.get(first.source_key)
-        if leaves is None:
-            leaves = sources[first.source_key] = Leaves(
-                first.source_key, first.level, first.n_splits
-            )
-            leaves.read(fetched)
-        found = yield from cut(group.hits, bounds(group), left, counter, leaves)
-        if found is None:
-            continue
-        base = next(d.metadata for d in (fetched.get(k) for k in group.keys) if d is not None)
-        out.append(cut_document(found, group, mode, base, _cut_from(docs)))
-        left -= found.tokens
+        runs = sorted(slot.runs, key=lambda r: min(ranks[h.key] for h in as_cut(r, slot).hits))
+        base = docs[0].metadata
+        for run in runs:
+            out.append(cut_document(as_cut(run, slot), group, mode, base, _cut_from(docs)))
     return out
+
+
+def _is_whole(run: Run, group: Group, docs: list[Document], mode: str) -> bool:
+    """Whether a run grew to its whole result (a window's splits, a parent's span)."""
+    if len(docs) != 1:
+        return False
+    meta = docs[0].metadata
+    if mode == "window":
+        return [run.first, run.last] == [meta["split_ids"][0], meta["split_ids"][-1]]
+    return (run.chunk.start, run.chunk.end) == (meta["start"], meta["end"])
 
 
 def _cut_from(docs: list[Document]) -> dict[str, object]:
@@ -211,9 +260,7 @@ def _parent_bounds(group: Group) -> Bounds:
 def _multilevel(
     groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
 ) -> Op[list[Document]]:
-    return (
-        yield from multilevel.resolve(groups, ranking.hits, ranking.relevance, params, on_missing)
-    )
+    return (yield from multilevel.resolve(groups, ranking, params, on_missing))
 
 
 PLANS: dict[str, Plan] = {

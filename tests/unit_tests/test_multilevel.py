@@ -76,9 +76,12 @@ class TestEscalation:
     def test_weak_stray_hit_does_not_escalate(self) -> None:
         # relevance (hybrid, z-scores of the query's scores): the two "zebra giraffe"
         # sentences 3.12, "Penguin giraffe walrus" 1.06 (Beta), "Zebra crossing" 0.60 (Gamma)
-        narrow = _retriever(k=1, margin=1.0).invoke("zebra giraffe")
-        assert narrow[0].metadata["level"] == "paragraph"
-        wide = _retriever(k=1, margin=3.0).invoke("zebra giraffe")
+        # the escalation is decided by the confident evidence (``confidence``, on the
+        # cosine's scale), not by the broad evidence (``margin``)
+        for margin in (1.0, 3.0):
+            narrow = _retriever(k=1, margin=margin).invoke("zebra giraffe")
+            assert narrow[0].metadata["level"] == "paragraph"
+        wide = _retriever(k=1, margin=3.0, confidence=3.0).invoke("zebra giraffe")
         assert wide[0].metadata["level"] == "doc"
 
     def test_ratio_rule_is_an_option(self) -> None:

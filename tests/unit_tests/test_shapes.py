@@ -235,23 +235,40 @@ class TestMultilevel:
         assert (doc.metadata["level"], doc.metadata["escalation"]) == ("doc", "spans-parents")
         assert doc.page_content == TEXT
 
-    def test_a_cover_that_does_not_fit_splits_into_the_smallest_nodes_that_do(self) -> None:
-        # 1,100 tokens: the document does not fit, so each section's evidence gets its
-        # smallest node: section 0's two paragraphs share the section (1,004 tokens);
-        # the 96 left fit no paragraph of section 3, so a run is cut from it last:
-        # from hit 2, sentences 1 and 3 (1/2 each; the one before first), then 0 and 4
-        # (1/4 each) no longer fit: sentences 1-3, 75 tokens
+    def test_a_cover_that_does_not_fit_splits_into_the_nodes_that_pay(self) -> None:
+        # 1,100 tokens: the document does not fit. Evidence first: the three hit sentences
+        # (75 tokens). Section 0 (1,004 tokens) holds two hits, but they and their
+        # neighbours cover 600 of its 4,016 characters (.15), short of the 94% of the
+        # budget it would fill: it does not pay. Its first paragraph does (300 of 1,001
+        # characters, .30, against 27% of the budget); then context grows by worth,
+        # and each other paragraph grows to its whole (251 tokens each, 753 in all)
         query = " ".join([marker("a", 0, 1, 5), marker("a", 0, 2, 5), marker("a", 3, 2, 2)])
         docs = retriever("multilevel", ONE).invoke(query, k=None, max_tokens=1_100)
-        section = span_of(TEXT, "## Part a0")[0], span_of(TEXT, marker("a", 0, 3, 9))[1]
-        assert tokens(TEXT[section[0] : section[1]]) == 1_004
-        run = span_of(TEXT, marker("a", 3, 2, 1), marker("a", 3, 2, 3))
-        assert spans(docs) == [("a", *section), ("a", *run)]
-        assert [d.metadata["tokens"] for d in docs] == [1_004, 75]
-        assert [d.metadata["level"] for d in docs] == ["section", "sentence"]
-        assert [d.metadata["escalation"] for d in docs] == ["spans-parents", "cut"]
+        paragraphs = [
+            span_of(TEXT, marker("a", s, p, 0), marker("a", s, p, 9))
+            for s, p in ((0, 1), (0, 2), (3, 2))
+        ]
+        assert spans(docs) == [("a", *span) for span in paragraphs]
+        assert [d.metadata["tokens"] for d in docs] == [251, 251, 251]
+        assert [d.metadata["level"] for d in docs] == ["paragraph"] * 3
+        assert [d.metadata["escalation"] for d in docs] == ["single-parent"] * 3
+        assert [d.id for d in docs] == ["a/paragraph/2", "a/paragraph/3", "a/paragraph/18"]
+
+    def test_a_run_is_cut_from_its_paragraph_when_the_paragraph_does_not_fit(self) -> None:
+        # 150 tokens, three hits: their sentences first (75), then by worth: each hit's
+        # next-door sentences (worth 1/2, 1/4, 1/6 of a hit: rank order), while they fit
+        query = " ".join([marker("a", 0, 1, 5), marker("a", 0, 2, 5), marker("a", 3, 2, 2)])
+        docs = retriever("multilevel", ONE).invoke(query, k=None, max_tokens=150)
+        assert sum(d.metadata["tokens"] for d in docs) <= 150
+        assert [d.metadata["escalation"] for d in docs] == ["cut"] * 3
+        runs = [
+            span_of(TEXT, marker("a", 0, 1, 4), marker("a", 0, 1, 6)),
+            span_of(TEXT, marker("a", 0, 2, 4), marker("a", 0, 2, 5)),
+            span_of(TEXT, marker("a", 3, 2, 2)),
+        ]
+        assert spans(docs) == [("a", *run) for run in runs]
         paragraph = span_of(TEXT, marker("a", 3, 2, 0), marker("a", 3, 2, 9))
-        assert docs[1].metadata["cut_from"] == {
+        assert docs[2].metadata["cut_from"] == {
             "level": "paragraph",
             "key": "a/paragraph/18",  # a heading and four paragraphs a section: 3 * 5 + 3
             "start": paragraph[0],
@@ -297,6 +314,58 @@ class TestCeiling:
 
 
 CEILING = {mode: retriever(mode, ONE) for mode in ("parent", "window")}
+
+
+class TestEvidenceBeforeContext:
+    """Issue 32: each evidence hit gets its own leaf before context grows around any hit."""
+
+    EQUAL = f"{marker('a', 0, 1, 5)} {marker('a', 3, 2, 2)}"  # equal hits, two sections
+
+    @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
+    def test_an_equal_hit_is_never_dropped_for_context(self, mode: str) -> None:
+        # both hit sentences (25 tokens each) and 5 tokens: no neighbour fits, both hits do
+        docs = retriever(mode, ONE).invoke(self.EQUAL, k=None, max_tokens=55)
+        hits = [span_of(TEXT, marker("a", 0, 1, 5)), span_of(TEXT, marker("a", 3, 2, 2))]
+        assert spans(docs) == [("a", *hit) for hit in hits]
+        assert [d.metadata["escalation"] for d in docs] == ["cut", "cut"]
+        assert [d.metadata["tokens"] for d in docs] == [25, 25]
+
+    def test_multilevel_grows_context_by_worth_once_both_hits_are_in(self) -> None:
+        # 110 tokens: both hits (50), then the better-ranked hit's two neighbours (worth
+        # 1/2 each; of equal scores the first in the text ranks first), 10 tokens unspent
+        docs = retriever("multilevel", ONE).invoke(self.EQUAL, k=None, max_tokens=110)
+        runs = [
+            span_of(TEXT, marker("a", 0, 1, 4), marker("a", 0, 1, 6)),
+            span_of(TEXT, marker("a", 3, 2, 2)),
+        ]
+        assert spans(docs) == [("a", *run) for run in runs]
+        assert [d.metadata["tokens"] for d in docs] == [75, 25]
+
+    def test_a_paragraph_that_fits_never_crowds_out_an_equal_hit(self) -> None:
+        # paragraphs of four sentences (100 tokens): both hits (50) and 60 tokens. Placing
+        # the first hit's paragraph whole would leave 10, and lose the second hit
+        short = "\n\n".join(
+            f"## Part s{s}\n\n"
+            + "\n\n".join(
+                " ".join(sentence(marker("s", s, p, i)) for i in range(4)) for p in range(3)
+            )
+            for s in range(2)
+        )
+        query = f"{marker('s', 0, 1, 1)} {marker('s', 1, 2, 2)}"
+        docs = retriever("multilevel", {"s": short}).invoke(query, k=None, max_tokens=110)
+        runs = [
+            span_of(short, marker("s", 0, 1, 0), marker("s", 0, 1, 2)),
+            span_of(short, marker("s", 1, 2, 2)),
+        ]
+        assert [(d.metadata["start"], d.metadata["end"]) for d in docs] == runs
+        assert [d.metadata["escalation"] for d in docs] == ["cut", "cut"]
+
+    @pytest.mark.parametrize("mode", ["parent", "window", "multilevel"])
+    def test_k_still_counts_results(self, mode: str) -> None:
+        # k=1: the second hit would start a second result, so it is passed over; the
+        # first grows by one neighbour (of two equal ones, the one before)
+        docs = retriever(mode, ONE).invoke(self.EQUAL, k=1, max_tokens=55)
+        assert spans(docs) == [("a", *span_of(TEXT, marker("a", 0, 1, 4), marker("a", 0, 1, 5)))]
 
 
 class Affine(Embeddings):

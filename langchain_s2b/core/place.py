@@ -1,0 +1,260 @@
+"""Evidence before context: how parent, window and multilevel mode spend a reached ceiling.
+
+A ceiling that the mode's whole results fit changes nothing (the callers check
+that first). When it is reached, the budget is spent in three steps:
+
+1. **Evidence.** Every evidence hit of the chosen results, in rank order, gets
+   its own leaf while that leaf fits what is left (:func:`seed`). A hit that
+   would start a result past ``k`` is passed over. Nothing else is spent
+   before every such hit was placed, so an equal hit is never dropped while
+   the budget holds its leaf.
+2. **Whole nodes that pay.** The mode may then hand back a node whole (a
+   parent, a paragraph, a section, the document) when it fits what is left
+   and its evidence earns its tokens (:func:`pays`).
+3. **Context by worth.** Every other result grows from its hits inside its
+   *slot* (the window, parent or paragraph it may not leave), one leaf at a
+   time, the most valuable neighbour of any result first (:func:`grow`): a
+   leaf is worth ``sum(1 / (rank + 1) * 0.5 ** distance)`` over the hits of
+   its slot, ``rank`` a hit's place in the evidence (pack mode weighs its
+   seeds the same way), while it fits. Ties go to the leaf nearer a hit, then
+   by position. A slot's runs that meet become one.
+
+Each run of consecutive leaves is a result; one that grew to its whole slot
+is the slot's whole result. Leaves are read from the docstore a few at a time
+(:data:`~langchain_s2b.core.ceiling.RING` on each side of a hit, more as a run
+reaches the edge of what was read); a leaf the docstore lacks ends a run there.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from langchain_s2b.core.budget import TokenCounter
+from langchain_s2b.core.ceiling import RING, Bounds, Cut, Leaves
+from langchain_s2b.core.hits import Hit
+from langchain_s2b.core.keys import base_source_key
+from langchain_s2b.core.merge import Chunk, merge_chunks
+from langchain_s2b.core.requests import Fetch, Op, ask
+
+DECAY = 0.5
+"""A leaf's worth per step away from a hit."""
+
+
+@dataclass
+class Run:
+    """Consecutive leaves ``[first, last]`` of one slot, merged exactly."""
+
+    first: int
+    last: int
+    chunk: Chunk
+    tokens: int
+
+
+@dataclass
+class Slot:
+    """Where one result's runs grow: its bounds, its hits (rank order) and its runs so far."""
+
+    source_key: str
+    level: str
+    n_splits: int | None
+    bounds: Bounds
+    hits: list[Hit]
+    runs: list[Run] = field(default_factory=list)
+    whole: bool = False
+    """Taken whole (step 2): its runs are inside the whole and grow no more."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens its runs hold."""
+        return sum(run.tokens for run in self.runs)
+
+    def run_at(self, split: int) -> Run | None:
+        """The run that holds leaf ``split``."""
+        return next((r for r in self.runs if r.first <= split <= r.last), None)
+
+
+def read_around(slots: Sequence[Slot], sources: dict[str, Leaves], radius: int = RING) -> Op[None]:
+    """Read the leaves within ``radius`` of every hit of ``slots`` (in its bounds): one fetch."""
+    wanted: dict[str, None] = {}
+    for slot in slots:
+        leaves = leaves_of(slot, sources)
+        for hit in slot.hits:
+            lo = max(hit.split_id - radius, slot.bounds.lo)
+            hi = hit.split_id + radius
+            if slot.bounds.hi is not None:
+                hi = min(hi, slot.bounds.hi)
+            wanted.update((key, None) for key in leaves.wanted(lo, hi))
+    if wanted:
+        keys = list(wanted)
+        values = yield from ask(Fetch(keys))
+        fetched = dict(zip(keys, values, strict=True))
+        for leaves in sources.values():
+            leaves.read(fetched)
+
+
+def leaves_of(slot: Slot, sources: dict[str, Leaves]) -> Leaves:
+    """The leaves read so far of a slot's source."""
+    key = f"{slot.source_key}\x00{slot.level}"
+    if key not in sources:
+        sources[key] = Leaves(slot.source_key, slot.level, slot.n_splits)
+    return sources[key]
+
+
+def leaf(slot: Slot, split: int, sources: dict[str, Leaves]) -> Chunk | None:
+    """Leaf ``split`` of the slot when it was read, exists and lies inside the slot."""
+    found = leaves_of(slot, sources).known.get(split)
+    if found is None or not slot.bounds.holds(split, found):
+        return None
+    return found
+
+
+def seed(
+    slots: Sequence[Slot],
+    order: Sequence[tuple[int, Hit]],
+    left: int,
+    count: int | None,
+    counter: TokenCounter,
+    sources: dict[str, Leaves],
+) -> int:
+    """Step 1: each hit's own leaf, in rank order, while it fits; returns what is left.
+
+    ``order``: ``(slot index, hit)`` in rank order. ``count``: the most runs
+    (results) there may be; a hit that would start one more is passed over.
+    """
+    for index, hit in order:
+        slot = slots[index]
+        if slot.whole or slot.run_at(hit.split_id) is not None:
+            continue
+        own = leaf(slot, hit.split_id, sources)
+        if own is None:
+            continue
+        touching = [
+            r for r in slot.runs if r.last + 1 == hit.split_id or r.first - 1 == hit.split_id
+        ]
+        if not touching and count is not None and sum(len(s.runs) for s in slots) >= count:
+            continue
+        left = _join(slot, hit.split_id, own, left, counter)
+    return left
+
+
+def _join(slot: Slot, split: int, own: Chunk, left: int, counter: TokenCounter) -> int:
+    """Add leaf ``split`` to the slot when it fits ``left`` (joining the runs it touches)."""
+    near = [r for r in slot.runs if r.last + 1 == split or r.first - 1 == split]
+    chunks = [own, *(r.chunk for r in near)]
+    merged = merge_chunks(chunks)
+    tokens = counter(merged.text)
+    cost = tokens - sum(r.tokens for r in near)
+    if cost > left:
+        return left
+    first = min([split, *(r.first for r in near)])
+    last = max([split, *(r.last for r in near)])
+    slot.runs = [r for r in slot.runs if r not in near]
+    slot.runs.append(Run(first, last, Chunk(merged.start, merged.end, merged.text, first), tokens))
+    slot.runs.sort(key=lambda r: r.first)
+    return left - cost
+
+
+def worth(split: int, hits: Sequence[Hit], ranks: Mapping[str, int]) -> float:
+    """What a leaf adds to a slot: ``1 / (rank + 1) * 0.5 ** distance`` summed over its hits."""
+    return sum(DECAY ** abs(split - h.split_id) / (ranks[h.key] + 1) for h in hits)
+
+
+def grow(
+    slots: Sequence[Slot],
+    ranks: Mapping[str, int],
+    left: int,
+    counter: TokenCounter,
+    sources: dict[str, Leaves],
+) -> Op[int]:
+    """Step 3: grow the runs of every slot not taken whole, worth most first; what is left."""
+    heap: list[tuple[float, int, str, int, int]] = []
+    offered: set[tuple[int, int]] = set()
+
+    def offer(index: int, split: int) -> None:
+        slot = slots[index]
+        if (index, split) in offered or not slot.bounds.within(split) or split < 0:
+            return
+        if slot.n_splits is not None and split >= slot.n_splits:
+            return
+        offered.add((index, split))
+        near = min(abs(split - h.split_id) for h in slot.hits)
+        value = worth(split, slot.hits, ranks)
+        heapq.heappush(heap, (-value, near, base_source_key(slot.source_key), split, index))
+
+    for index, slot in enumerate(slots):
+        if not slot.whole:
+            for run in slot.runs:
+                offer(index, run.first - 1)
+                offer(index, run.last + 1)
+    while heap and left > 0:
+        _, _, _, split, index = heapq.heappop(heap)
+        slot = slots[index]
+        if slot.run_at(split) is not None:
+            continue
+        leaves = leaves_of(slot, sources)
+        if split not in leaves.known:
+            yield from _read_more(slot, split, leaves)
+        own = leaf(slot, split, sources)
+        if own is None:
+            continue
+        before = len(slot.runs), slot.tokens
+        left = _join(slot, split, own, left, counter)
+        if (len(slot.runs), slot.tokens) != before:
+            offer(index, split - 1)
+            offer(index, split + 1)
+    return left
+
+
+def _read_more(slot: Slot, split: int, leaves: Leaves) -> Op[None]:
+    """Read the leaves around ``split``, away from the runs, ``RING`` of them and more."""
+    radius = RING
+    while split not in leaves.known and leaves.exists(split):
+        lo, hi = split - radius, split + radius
+        keys = leaves.wanted(
+            max(lo, slot.bounds.lo), hi if slot.bounds.hi is None else min(hi, slot.bounds.hi)
+        )
+        if not keys:
+            return
+        values = yield from ask(Fetch(keys))
+        leaves.read(dict(zip(keys, values, strict=True)))
+        radius *= 2
+
+
+def as_cut(run: Run, slot: Slot) -> Cut:
+    """A run as a :class:`~langchain_s2b.core.ceiling.Cut`, with the slot's hits inside it."""
+    inside = [h for h in slot.hits if run.first <= h.split_id <= run.last]
+    chunk = run.chunk
+    return Cut(run.first, run.last, chunk.text, chunk.start, chunk.end, run.tokens, inside)
+
+
+def coverage(
+    slot_hits: Sequence[Hit], start: int, end: int, reach: int, sources: Mapping[str, Leaves]
+) -> float:
+    """The share of ``[start, end)``'s characters within ``reach`` leaves of its hits."""
+    spans: set[tuple[int, int]] = set()
+    for hit in slot_hits:
+        leaves = sources.get(f"{hit.source_key}\x00{hit.level}")
+        for split in range(hit.split_id - reach, hit.split_id + reach + 1):
+            chunk = None if leaves is None else leaves.known.get(split)
+            if split == hit.split_id:
+                chunk = Chunk(hit.start, hit.end, hit.text, split)
+            if chunk is not None and start <= chunk.start and chunk.end <= end:
+                spans.add((chunk.start, chunk.end))
+    covered = sum(b - a for a, b in spans)
+    return covered / (end - start) if end > start else 1.0
+
+
+def pays(cover: float, cost: int, left: int, budget: int) -> bool:
+    """Whether a node comes back whole: it fits, and its evidence covers enough of it.
+
+    The coverage asked for rises as the budget fills: it must be at least the
+    share of the budget that would be spent once the node is taken. A node
+    that takes a tenth of an empty budget needs a tenth of it covered; one
+    that would fill the budget needs all of it.
+    """
+    if cost > left:
+        return False
+    spent = budget - left + cost
+    return cover >= spent / budget if budget > 0 else False
