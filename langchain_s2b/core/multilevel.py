@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from langchain_core.documents import Document
 
 from langchain_s2b.core.budget import MULTILEVEL_BUDGET, TokenCounter
-from langchain_s2b.core.ceiling import Bounds, Leaves, cut_document
+from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_of
 from langchain_s2b.core.params import QueryParams
@@ -214,7 +214,7 @@ def _ceiling(
         for hit in ctx.evidence:
             ladder.slot_of(ctx, hit).hits.append(hit)
     slots = ladder.slots
-    yield from read_around(slots, ladder.sources)
+    yield from read_around(slots, ladder.sources, max(RING, ladder.reach))
     order = sorted(
         ((ranks[h.key], index, h) for index, slot in enumerate(slots) for h in slot.hits),
         key=lambda entry: entry[:2],
@@ -288,11 +288,10 @@ class _Ladder:
             and start <= slot.hits[0].start
             and slot.hits[0].end <= end
         ]
-        placed = [h for slot in inside for h in slot.hits if slot.run_at(h.split_id) is not None]
-        if not placed:
+        if not any(slot.runs for slot in inside):
             return
         extra = self.counter(_text(node, self.nodes)) - sum(slot.tokens for slot in inside)
-        cover = coverage(placed, start, end, self.reach, self.sources)
+        cover = coverage(inside, start, end, self.reach, self.sources)
         if not pays(cover, extra, self.left, self.budget):
             return
         for slot in inside:

@@ -102,9 +102,10 @@ def leaves_of(slot: Slot, sources: dict[str, Leaves]) -> Leaves:
     return sources[key]
 
 
-def leaf(slot: Slot, split: int, sources: dict[str, Leaves]) -> Chunk | None:
+def leaf(slot: Slot, split: int, sources: Mapping[str, Leaves]) -> Chunk | None:
     """Leaf ``split`` of the slot when it was read, exists and lies inside the slot."""
-    found = leaves_of(slot, sources).known.get(split)
+    leaves = sources.get(f"{slot.source_key}\x00{slot.level}")
+    found = None if leaves is None else leaves.known.get(split)
     if found is None or not slot.bounds.holds(split, found):
         return None
     return found
@@ -230,18 +231,22 @@ def as_cut(run: Run, slot: Slot) -> Cut:
 
 
 def coverage(
-    slot_hits: Sequence[Hit], start: int, end: int, reach: int, sources: Mapping[str, Leaves]
+    slots: Sequence[Slot], start: int, end: int, reach: int, sources: Mapping[str, Leaves]
 ) -> float:
-    """The share of ``[start, end)``'s characters within ``reach`` leaves of its hits."""
+    """The share of ``[start, end)``'s characters within ``reach`` leaves of a placed hit.
+
+    A placed hit is one whose leaf the slot holds; the leaves counted lie in
+    that hit's slot (its parent or paragraph).
+    """
     spans: set[tuple[int, int]] = set()
-    for hit in slot_hits:
-        leaves = sources.get(f"{hit.source_key}\x00{hit.level}")
-        for split in range(hit.split_id - reach, hit.split_id + reach + 1):
-            chunk = None if leaves is None else leaves.known.get(split)
-            if split == hit.split_id:
-                chunk = Chunk(hit.start, hit.end, hit.text, split)
-            if chunk is not None and start <= chunk.start and chunk.end <= end:
-                spans.add((chunk.start, chunk.end))
+    for slot in slots:
+        for hit in slot.hits:
+            if slot.run_at(hit.split_id) is None:
+                continue
+            for split in range(hit.split_id - reach, hit.split_id + reach + 1):
+                chunk = leaf(slot, split, sources)
+                if chunk is not None and start <= chunk.start and chunk.end <= end:
+                    spans.add((chunk.start, chunk.end))
     covered = sum(b - a for a, b in spans)
     return covered / (end - start) if end > start else 1.0
 

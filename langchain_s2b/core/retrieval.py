@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel, pack
-from langchain_s2b.core.ceiling import Bounds, Leaves, cut_document
+from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
@@ -191,7 +191,8 @@ def ceiling(
     sources: dict[str, Leaves] = {}
     for slot in slots:
         leaves_of(slot, sources).read(fetched)  # a window's leaves: fetched already
-    yield from read_around(slots, sources)
+    reach = max(params.before, params.after, 1)
+    yield from read_around(slots, sources, max(RING, reach))
     order = sorted(
         ((ranks[h.key], index, h) for index, slot in enumerate(slots) for h in slot.hits),
         key=lambda entry: entry[:2],
@@ -200,8 +201,7 @@ def ceiling(
     if mode == "parent":
         for (group, docs), slot in zip(built, slots, strict=True):
             extra = sum(d.metadata["tokens"] for d in docs) - slot.tokens
-            reach = max(params.before, params.after, 1)
-            cover = coverage(slot.hits, group.start, group.end, reach, sources)
+            cover = coverage([slot], group.start, group.end, reach, sources)
             if slot.runs and pays(cover, extra, left, budget):
                 slot.whole = True
                 left -= extra

@@ -251,14 +251,18 @@ def size_splitter(chunk_tokens: int, overlap_tokens: int = 0) -> TextSplitter:
 
 
 def default_levels(mode: str, child: Splitter | None, parent: Splitter | None) -> list[Level]:
-    """The default tree for a mode; ``child``/``parent`` replace those levels."""
-    if mode == "window":
-        return [Level("sentence", child or SentenceSplitter())]
-    if mode in ("multilevel", "pack"):
+    """The default tree for a mode; ``child``/``parent`` replace those levels.
+
+    Window, multilevel and pack mode share one tree, sentences in paragraphs in
+    sections (window mode reads only the sentences; paragraphs and sections are
+    spans, not vectors), so any mode works per call on it. Window mode takes no
+    ``parent`` splitter.
+    """
+    if mode in ("window", "multilevel", "pack"):
         return [
             Level("sentence", child or SentenceSplitter()),
             Level("paragraph", paragraph_splitter()),
-            Level("section", parent or section_splitter()),
+            Level("section", (parent if mode != "window" else None) or section_splitter()),
         ]
     return [
         Level("child", child or size_splitter(300)),

@@ -110,8 +110,18 @@ class TestRoundTrip:
         r.save(tmp_path / "idx")
         meta = json.loads((snapshot(tmp_path / "idx") / "s2b.json").read_text())
         assert meta["docstore"]["kind"] == "memory-bytes"
-        assert meta["levels"] == [
-            {"name": "sentence", "splitter": {"kind": "sentence", "max_tokens": 200}}
+        assert meta["levels"] == [  # window mode's tree carries the ladder (issue 32)
+            {"name": "sentence", "splitter": {"kind": "sentence", "max_tokens": 200}},
+            {
+                "name": "paragraph",
+                "splitter": {
+                    "kind": "block",
+                    "boundary": "paragraph",
+                    "chunk_size": 400,
+                    "pack": False,
+                },
+            },
+            {"name": "section", "splitter": {"kind": "section", "chunk_size": 1200}},
         ]
         loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
         assert isinstance(loaded.byte_store, InMemoryByteStore)
