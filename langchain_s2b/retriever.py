@@ -57,6 +57,7 @@ from langchain_s2b.core.params import (
     Mode,
     QueryParams,
     check,
+    check_tree,
     with_overrides,
 )
 from langchain_s2b.core.requests import Op
@@ -231,7 +232,7 @@ class SmallToBigRetriever(BaseRetriever):
     @model_validator(mode="after")
     def _setup(self) -> Self:
         self._wire()
-        check(self.defaults())
+        check_tree(check(self.defaults()), [level.name for level in self._levels])
         return self
 
     def _wire(self) -> None:
@@ -403,7 +404,8 @@ class SmallToBigRetriever(BaseRetriever):
 
     def _params(self, overrides: dict[str, Any]) -> QueryParams:
         defaults = self.defaults()
-        return with_overrides(defaults, overrides) if overrides else defaults
+        params = with_overrides(defaults, overrides) if overrides else defaults
+        return check_tree(params, [level.name for level in self._levels])
 
     def as_tool(
         self,

@@ -368,6 +368,8 @@ class Settings:
     coalesce: bool = True
     max_tokens: int | None = None
     margin: float = 1.0
+    confidence: float = 1.0
+    """Confident evidence: within this many std devs of the best cosine's z (and evidence)."""
     token_counter: Callable[[str], int] | None = None
     """``None``: ``ceil(chars / 4)``."""
     lexical: Lexical | None = None
@@ -422,6 +424,8 @@ class Ranking:
     """The best relevance a child the search did not return may have (``None``: none)."""
     fused: dict[str, float] | None = None
     reranked: dict[str, float] | None = None
+    dense: dict[str, float] = field(default_factory=dict)
+    """Each hit's cosine as a z-score on the query's first 100 cosines."""
 
 
 def z_of(scores: list[float]) -> Callable[[float], float]:
@@ -446,7 +450,7 @@ def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
     if s.lexical is None:
         relevance = {h.node.key: z(h.score) for h in hits}
         bound = None if last is None or last <= 0 else z(last)
-        return Ranking(hits, relevance, exhausted, bound)
+        return Ranking(hits, relevance, exhausted, bound, dense=dict(relevance))
     lex = s.lexical
     node_of = {n.key: n for n in lex.leaves}
     docs = {n.key: analyze(lex.text(n)) for n in lex.leaves}  # every leaf, whatever the filter
@@ -467,7 +471,8 @@ def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
     zf = z_of([fused[k] for k in keys])  # relevance: on the scale of the fused scores
     bound = None if last is None or last <= 0 else zf(z(last) + LEXICAL_WEIGHT * low)
     relevance = {k: zf(fused[k]) for k in keys}
-    return Ranking([by_key[k] for k in keys], relevance, exhausted, bound, fused)
+    dense = {k: z(h.score) for k, h in by_key.items()}
+    return Ranking([by_key[k] for k in keys], relevance, exhausted, bound, fused, dense=dense)
 
 
 def rerank(r: Ranking, s: Settings, query: str, n: int) -> Ranking:
@@ -501,7 +506,8 @@ def rerank(r: Ranking, s: Settings, query: str, n: int) -> Ranking:
     z = z_of([scores[h.node.key] for h in hits])
     done = len(kept) < len(top) or (r.exhausted and len(top) == len(r.hits))
     fused = None if r.fused is None else {h.node.key: r.fused[h.node.key] for h in hits}
-    return Ranking(hits, {k: z(v) for k, v in scores.items()}, done, None, fused, scores)
+    relevance = {k: z(v) for k, v in scores.items()}
+    return Ranking(hits, relevance, done, None, fused, scores, {k: r.dense[k] for k in scores})
 
 
 def evidence(r: Ranking, s: Settings) -> list[Hit]:
@@ -510,6 +516,15 @@ def evidence(r: Ranking, s: Settings) -> list[Hit]:
         return []
     bar = max(r.relevance.values()) - s.margin
     return [h for h in r.hits if h.score > 0 and r.relevance[h.node.key] >= bar]
+
+
+def confident(r: Ranking, s: Settings) -> list[Hit]:
+    """The evidence whose cosine's z-score is within ``confidence`` of the best one's."""
+    found = evidence(r, s)
+    if not found:
+        return []
+    best = max(r.dense[h.node.key] for h in found)
+    return [h for h in found if r.dense[h.node.key] >= best - s.confidence]
 
 
 # Units: what one result of each mode is, before any ceiling ----------------------------
@@ -615,7 +630,7 @@ def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
     elif mode == "pack":
         docs = pack(r, s)
     else:
-        docs = held(mode, chosen, s)
+        docs = held(mode, chosen, r, s)
     for name, scores in (("fused_score", r.fused), ("rerank_score", r.reranked)):
         if scores is not None:
             for doc in docs:
@@ -646,86 +661,189 @@ def whole(mode: str, unit: Unit) -> Document:
     return result(unit.source, start, end, unit.hits, "window", "window", **extra)
 
 
-def held(mode: str, units: list[Unit], s: Settings) -> list[Document]:
-    """Each result whole while it fits what is left of the budget, else cut around its hits."""
+def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document]:
+    """Each result whole when all fit; a reached ceiling: evidence first (:class:`Shelf`)."""
     docs = [whole(mode, u) for u in units]
     for doc in docs:
         doc.metadata["tokens"] = s.tokens_of(doc.page_content)
-    if s.max_tokens is None:
+    if s.max_tokens is None or sum(d.metadata["tokens"] for d in docs) <= s.max_tokens:
         return docs
-    left, out = s.max_tokens, []
-    for unit, doc in zip(units, docs, strict=True):
-        cost = doc.metadata["tokens"]
-        if cost <= left:
-            out.append(doc)
-            left -= cost
-            continue
-        leaf_level = unit.hits[0].node.level
-        every = unit.source.levels[leaf_level]
+    if not any(s.tokens_of(text_of(h.node)) <= s.max_tokens for u in units for h in u.hits):
+        return []
+    found = {h.node.key for h in evidence(r, s)}
+    shelf = Shelf(s, r, s.max_tokens)
+    for unit in units:
+        every = unit.source.levels[unit.hits[0].node.level]
         if mode == "window":
             inside = every[unit.lo : unit.hi + 1]
         else:
             p = unit.node
             assert p is not None
             inside = [n for n in every if p.start <= n.start and n.end <= p.end]
+        hits = [h for h in unit.hits if h.node.key in found] or unit.hits[:1]
+        shelf.slots.append(Slot(unit.source, hits, {n.split_id: n for n in inside}))
+    shelf.seed()
+    if mode == "parent":
+        for unit, doc, slot in zip(units, docs, shelf.slots, strict=True):
+            p = unit.node
+            assert p is not None
+            if slot.chosen:
+                shelf.take([slot], p.start, p.end, doc.metadata["tokens"])
+    shelf.grow()
+    out = []
+    for doc, slot in zip(docs, shelf.slots, strict=True):
+        runs = slot.runs()
+        span = (doc.metadata["start"], doc.metadata["end"])
+        if slot.whole or (len(runs) == 1 and slot.span(runs[0]) == span):
+            out.append(doc)
+            continue
         cut_from: dict[str, Any] = {"level": doc.metadata["level"]}
         if mode == "parent":
             cut_from["key"] = doc.id
         cut_from.update(start=doc.metadata["start"], end=doc.metadata["end"])
-        piece = cut(unit.hits, inside, left, s, mode, cut_from)
-        if piece is not None:
-            out.append(piece)
-            left -= piece.metadata["tokens"]
+        for run in sorted(
+            runs, key=lambda run: min(shelf.rank[h.node.key] for h in slot.hits_in(run))
+        ):
+            out.append(slot.cut(run, mode, cut_from, s))
     return out
 
 
-def cut(
-    hits: list[Hit], inside: list[Node], left: int, s: Settings, mode: str, cut_from: dict[str, Any]
-) -> Document | None:
-    """The run grown from the best hit whose own sentence fits: towards the neighbour worth
-    more (``0.5 ** distance`` summed over ``hits``; ties: the one before), while it fits."""
-    by_split = {n.split_id: n for n in inside}
-    for seed in hits:
-        here = seed.node.split_id
-        if here not in by_split or s.tokens_of(text_of(seed.node)) > left:
-            continue
-        lo = hi = here
-        open_sides = {-1, 1}
-        while open_sides:
-            sides = [d for d in sorted(open_sides) if (lo - 1 if d < 0 else hi + 1) in by_split]
-            open_sides &= set(sides)
-            if not sides:
-                break
+@dataclass
+class Slot:
+    """Where one result's runs may grow (its leaves by split id), its hits, what it holds."""
 
-            ends = {-1: lo - 1, 1: hi + 1}
-            side = max(
-                sides,
-                key=lambda d: (sum(0.5 ** abs(ends[d] - h.node.split_id) for h in hits), -d),
-            )
-            new_lo, new_hi = (lo - 1, hi) if side < 0 else (lo, hi + 1)
-            text = seed.node.source.text[by_split[new_lo].start : by_split[new_hi].end]
-            if s.tokens_of(text) <= left:
-                lo, hi = new_lo, new_hi
+    source: Source
+    hits: list[Hit]
+    inside: dict[int, Node]
+    chosen: set[int] = field(default_factory=set)
+    whole: bool = False
+
+    def runs(self) -> list[list[int]]:
+        out: list[list[int]] = []
+        for split in sorted(self.chosen):
+            if out and out[-1][-1] + 1 == split:
+                out[-1].append(split)
             else:
-                open_sides.discard(side)
-        first, last = by_split[lo], by_split[hi]
-        covered = [h for h in hits if lo <= h.node.split_id <= hi]
+                out.append([split])
+        return out
+
+    def span(self, run: list[int]) -> tuple[int, int]:
+        return self.inside[run[0]].start, max(self.inside[i].end for i in run)
+
+    def cost(self, s: Settings) -> int:
+        return sum(s.tokens_of(self.source.text[slice(*self.span(run))]) for run in self.runs())
+
+    def hits_in(self, run: list[int]) -> list[Hit]:
+        return [h for h in self.hits if run[0] <= h.node.split_id <= run[-1]]
+
+    def cut(self, run: list[int], mode: str, cut_from: dict[str, Any], s: Settings) -> Document:
+        start, end = self.span(run)
         return result(
-            seed.node.source,
-            first.start,
-            last.end,
-            covered,
+            self.source,
+            start,
+            end,
+            self.hits_in(run),
             mode,
-            seed.node.level,
-            split_ids=list(range(lo, hi + 1)),
-            tokens=s.tokens_of(seed.node.source.text[first.start : last.end]),
+            self.hits[0].node.level,
+            split_ids=run,
+            tokens=s.tokens_of(self.source.text[start:end]),
             escalation="cut",
             cut_from=cut_from,
         )
-    return None
 
 
-# Multilevel: the ladder under a ceiling -------------------------------------------------
+@dataclass
+class Shelf:
+    """A reached ceiling: evidence leaves first, wholes that pay, then context by worth."""
+
+    s: Settings
+    r: Ranking
+    budget: int
+    slots: list[Slot] = field(default_factory=list)
+    wholes: int = 0
+    """Tokens of the nodes taken whole."""
+
+    @property
+    def rank(self) -> dict[str, int]:
+        return {h.node.key: i for i, h in enumerate(self.r.hits)}
+
+    def spent(self) -> int:
+        return self.wholes + sum(slot.cost(self.s) for slot in self.slots if not slot.whole)
+
+    def seed(self) -> None:
+        """Each hit's own leaf, in rank order, while it fits; never a result past ``k``."""
+        rank = self.rank
+        order = sorted(
+            ((rank[h.node.key], i, h) for i, slot in enumerate(self.slots) for h in slot.hits),
+            key=lambda entry: entry[:2],
+        )
+        for _, i, h in order:
+            slot, split = self.slots[i], h.node.split_id
+            if slot.whole or split in slot.chosen or split not in slot.inside:
+                continue
+            alone = split - 1 not in slot.chosen and split + 1 not in slot.chosen
+            runs = sum(len(other.runs()) for other in self.slots)
+            if alone and self.s.count is not None and runs >= self.s.count:
+                continue
+            self.add(slot, split)
+
+    def add(self, slot: Slot, split: int) -> bool:
+        slot.chosen.add(split)
+        if self.spent() <= self.budget:
+            return True
+        slot.chosen.discard(split)
+        return False
+
+    def take(self, slots: list[Slot], start: int, end: int, node_tokens: int) -> bool:
+        """Take a node whole when it fits and its placed evidence covers enough of it."""
+        held = sum(slot.cost(self.s) for slot in slots)
+        extra = node_tokens - held
+        left = self.budget - self.spent()
+        if extra > left:
+            return False
+        reach = max(self.s.before, self.s.after, 1)
+        covered: set[tuple[int, int]] = set()
+        for slot in slots:
+            for h in slot.hits:
+                if h.node.split_id not in slot.chosen:
+                    continue
+                for split in range(h.node.split_id - reach, h.node.split_id + reach + 1):
+                    node = slot.inside.get(split)
+                    if node is not None and start <= node.start and node.end <= end:
+                        covered.add((node.start, node.end))
+        cover = sum(b - a for a, b in covered) / (end - start) if end > start else 1.0
+        if cover < (self.spent() + extra) / self.budget:
+            return False
+        for slot in slots:
+            slot.whole = True
+        self.wholes += node_tokens
+        return True
+
+    def grow(self) -> None:
+        """The most valuable leaf next to a run, while it fits (one that does not: never)."""
+        rank = self.rank
+        dropped: set[tuple[int, int]] = set()
+        while self.budget - self.spent() > 0:
+            options = []
+            for i, slot in enumerate(self.slots):
+                if slot.whole:
+                    continue
+                for split in slot.inside:
+                    if split in slot.chosen or (i, split) in dropped:
+                        continue
+                    if split - 1 not in slot.chosen and split + 1 not in slot.chosen:
+                        continue
+                    value = sum(
+                        0.5 ** abs(split - h.node.split_id) / (rank[h.node.key] + 1)
+                        for h in slot.hits
+                    )
+                    near = min(abs(split - h.node.split_id) for h in slot.hits)
+                    options.append((-value, near, slot.source.key, split, i))
+            if not options:
+                return
+            *_, split, i = min(options)
+            if not self.add(self.slots[i], split):
+                dropped.add((i, split))
 
 
 def lowest_common(evidence: list[Hit]) -> int:
@@ -736,66 +854,123 @@ def lowest_common(evidence: list[Hit]) -> int:
 
 
 def multilevel(contexts: list[Unit], r: Ranking, s: Settings) -> list[Document]:
+    """Each context's cover (over its confident evidence) and the paragraphs of the rest,
+    whole when all fit; else evidence first, nodes that pay, context by worth."""
     found = {h.node.key for h in evidence(r, s)}
-    left = s.max_tokens if s.max_tokens is not None else MULTILEVEL_BUDGET
-    wholes: list[tuple[int, Node, list[Hit], str]] = []
-    cuts: list[tuple[int, Node, list[Hit], int]] = []
-
-    def place(number: int, ev: list[Hit], level: int, why: str) -> None:
-        nonlocal left
-        if s.count is not None and len(wholes) + sum(1 for c in cuts if c[3]) >= s.count:
-            return
-        node = ev[0].node.chain[level]
-        cost = s.tokens_of(text_of(node))
-        if cost <= left:
-            left -= cost
-            wholes.append((number, node, ev, why))
-        elif level == 0:
-            best_leaf = s.tokens_of(text_of(ev[0].node))
-            held = best_leaf if best_leaf <= left else 0
-            left -= held
-            cuts.append((number, node, ev, held))
-        else:
-            parts: dict[int, list[Hit]] = {}
-            for h in ev:
-                parts.setdefault(id(h.node.chain[level - 1]), []).append(h)
-            for part in parts.values():
-                inner = lowest_common(part)
-                place(number, part, inner, "single-parent" if inner == 0 else "spans-parents")
-
+    sure = {h.node.key for h in confident(r, s)}
+    budget = s.max_tokens if s.max_tokens is not None else MULTILEVEL_BUDGET
+    plans = []
     for number, ctx in enumerate(contexts):
         ev = [h for h in ctx.hits if h.node.key in found] or ctx.hits[:1]
-        level = lowest_common(ev)
-        place(number, ev, level, "single-parent" if level == 0 else "spans-parents")
-    docs: list[tuple[tuple[int, int], Document]] = []
-    for number, node, ev, why in wholes:
-        doc = result(
-            node.source,
-            node.start,
-            node.end,
-            ev,
-            "multilevel",
-            node.level,
-            escalation=why,
-            context=number,
-            tokens=s.tokens_of(text_of(node)),
-            id=node.key,
-        )
-        docs.append(((number, node.start), doc))
-    for number, node, ev, held in cuts:
-        left += held
-        if s.count is not None and len(docs) >= s.count:
-            break
-        every = node.source.levels[ev[0].node.level]
-        inside = [n for n in every if node.start <= n.start and n.end <= node.end]
-        cut_from = {"level": node.level, "key": node.key, "start": node.start, "end": node.end}
-        piece = cut(ev, inside, left, s, "multilevel", cut_from)
-        if piece is None:
+        top = [h for h in ev if h.node.key in sure] or ev[:1]
+        level = lowest_common(top)
+        plans.append((number, ev, top, level, "single-parent" if level == 0 else "spans-parents"))
+    if not any(s.tokens_of(text_of(h.node)) <= budget for _, ev, _, _, _ in plans for h in ev):
+        return []
+    entries = []
+    for number, ev, top, level, why in plans:
+        cover = top[0].node.chain[level]
+        within = [h for h in ev if cover.start <= h.node.start and h.node.end <= cover.end]
+        place = {h.node.key: i for i, h in enumerate(contexts[number].hits)}
+        entries.append(((number, place[within[0].node.key]), number, cover, within, why))
+        outside: dict[int, list[Hit]] = {}
+        for h in ev:
+            if h not in within:
+                outside.setdefault(id(h.node.chain[0]), []).append(h)
+        for hits in outside.values():
+            para = hits[0].node.chain[0]
+            entries.append(((number, place[hits[0].node.key]), number, para, hits, "single-parent"))
+    entries.sort(key=lambda e: e[0])
+    if s.count is not None:
+        entries = entries[: s.count]
+    if sum(s.tokens_of(text_of(e[2])) for e in entries) <= budget:
+        wholes = [(number, node, hits, why) for _, number, node, hits, why in entries]
+        return _ordered([_node_doc(n, node, hits, why, s) for n, node, hits, why in wholes])
+    shelf = Shelf(s, r, budget)
+    owner: list[int] = []
+    index: dict[tuple[int, int], int] = {}
+    for number, ev, _, _, _ in plans:
+        for h in ev:
+            para = h.node.chain[0]
+            if (number, id(para)) not in index:
+                index[number, id(para)] = len(shelf.slots)
+                every = para.source.levels[h.node.level]
+                inside = {
+                    n.split_id: n for n in every if para.start <= n.start and n.end <= para.end
+                }
+                shelf.slots.append(Slot(para.source, [], inside))
+                owner.append(number)
+            shelf.slots[index[number, id(para)]].hits.append(h)
+    shelf.seed()
+    wholes: list[tuple[int, Node, list[Hit], str]] = []
+
+    def take(number: int, node: Node, why: str) -> bool:
+        inside = [
+            slot
+            for slot, n in zip(shelf.slots, owner, strict=True)
+            if n == number
+            and not slot.whole
+            and node.start <= slot.hits[0].node.start
+            and slot.hits[0].node.end <= node.end
+        ]
+        if not any(slot.chosen for slot in inside):
+            return False
+        if not shelf.take(inside, node.start, node.end, s.tokens_of(text_of(node))):
+            return False
+        hits = sorted((h for slot in inside for h in slot.hits), key=lambda h: h.node.start)
+        wholes.append((number, node, hits, why))
+        return True
+
+    def visit(number: int, top: list[Hit], level: int, why: str) -> None:
+        if take(number, top[0].node.chain[level], why) or level == 0:
+            return
+        parts: dict[int, list[Hit]] = {}
+        for h in top:
+            parts.setdefault(id(h.node.chain[level - 1]), []).append(h)
+        for part in parts.values():
+            inner = lowest_common(part)
+            visit(number, part, inner, "single-parent" if inner == 0 else "spans-parents")
+
+    for number, _, top, level, why in plans:
+        visit(number, top, level, why)
+    for slot, number in zip(shelf.slots, owner, strict=True):
+        if not slot.whole and slot.chosen:
+            take(number, slot.hits[0].node.chain[0], "single-parent")
+    shelf.grow()
+    docs = [_node_doc(n, node, hits, why, s) for n, node, hits, why in wholes]
+    for slot, number in zip(shelf.slots, owner, strict=True):
+        if slot.whole:
             continue
-        left -= piece.metadata["tokens"]
-        piece.metadata["context"] = number
-        docs.append(((number, piece.metadata["start"]), piece))
-    return [doc for _, doc in sorted(docs, key=lambda pair: pair[0])]
+        para = slot.hits[0].node.chain[0]
+        for run in slot.runs():
+            if slot.span(run) == (para.start, para.end):
+                docs.append(_node_doc(number, para, slot.hits_in(run), "single-parent", s))
+                continue
+            cut_from = {"level": para.level, "key": para.key, "start": para.start, "end": para.end}
+            piece = slot.cut(run, "multilevel", cut_from, s)
+            piece.metadata["context"] = number
+            docs.append(piece)
+    return _ordered(docs)
+
+
+def _node_doc(number: int, node: Node, hits: list[Hit], why: str, s: Settings) -> Document:
+    inside = [h for h in hits if node.start <= h.node.start and h.node.end <= node.end]
+    return result(
+        node.source,
+        node.start,
+        node.end,
+        inside,
+        "multilevel",
+        node.level,
+        escalation=why,
+        context=number,
+        tokens=s.tokens_of(text_of(node)),
+        id=node.key,
+    )
+
+
+def _ordered(docs: list[Document]) -> list[Document]:
+    return sorted(docs, key=lambda d: (d.metadata["context"], d.metadata["start"]))
 
 
 # Pack: hits first, then context by value, anywhere in the document ---------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
@@ -121,3 +121,24 @@ def with_overrides(base: QueryParams, overrides: Mapping[str, Any]) -> QueryPara
         msg = f"Unknown retrieval option(s) {unknown}; allowed: {sorted(OVERRIDABLE)}."
         raise ValueError(msg)
     return check(replace(base, **overrides))
+
+
+def check_tree(params: QueryParams, levels: Sequence[str]) -> QueryParams:
+    """Refuse a mode the tree can not serve, in one line that says how to build for it.
+
+    Multilevel mode climbs from the leaves to the document, and parent mode
+    returns the leaves' parent: on a tree whose leaves lie right under the
+    document (``levels`` holds one name) either would silently hand back whole
+    documents.
+    """
+    if len(levels) >= 2:
+        return params
+    if params.mode == "multilevel" or (params.mode == "parent" and params.parent_level is None):
+        msg = (
+            f"mode={params.mode!r} needs a level between the leaves and the document; this "
+            f"retriever's tree has only {list(levels)}: build it with mode={params.mode!r} "
+            "(its default tree: sentences in paragraphs in sections) or levels=[...] with one "
+            "more level, or ask for mode='window' or 'pack'."
+        )
+        raise ValueError(msg)
+    return params

@@ -212,7 +212,7 @@ def ceiling(
             out += docs
             continue
         runs = sorted(slot.runs, key=lambda r: min(ranks[h.key] for h in as_cut(r, slot).hits))
-        base = docs[0].metadata
+        base = next(d.metadata for d in (fetched.get(k) for k in group.keys) if d is not None)
         for run in runs:
             out.append(cut_document(as_cut(run, slot), group, mode, base, _cut_from(docs)))
     return out

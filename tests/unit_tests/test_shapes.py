@@ -420,3 +420,35 @@ class TestRelevanceAcrossScales:
         assert spans(docs) == [
             ("a", span_of(TEXT, marker("a", 0, 1, 3))[0], span_of(TEXT, marker("a", 0, 1, 5))[1])
         ]
+
+
+class TestOneTreeServesEveryMode:
+    """Issue 32: a per-call mode behaves as documented on any retriever, or is refused."""
+
+    QUERY = " ".join(marker("a", 1, 2, i) for i in (2, 5, 7))
+
+    def test_multilevel_per_call_on_a_window_retriever_climbs_the_ladder(self) -> None:
+        built_for_window = retriever("window", ONE)
+        got = built_for_window.invoke(self.QUERY, k=1, mode="multilevel", max_tokens=100_000)
+        want = retriever("multilevel", ONE).invoke(self.QUERY, k=1, max_tokens=100_000)
+        assert got == want
+        start, end = span_of(TEXT, marker("a", 1, 2, 0), marker("a", 1, 2, 9))
+        assert [(d.metadata["level"], d.metadata["start"], d.metadata["end"]) for d in got] == [
+            ("paragraph", start, end)
+        ]
+
+    @pytest.mark.parametrize("mode", ["multilevel", "parent"])
+    def test_a_tree_without_a_level_above_its_leaves_is_refused_in_one_line(
+        self, mode: str
+    ) -> None:
+        flat = retriever("window", ONE, levels=[Level("sentence", SentenceSplitter())])
+        with pytest.raises(ValueError, match=f"^mode='{mode}' needs a level") as err:
+            flat.invoke(self.QUERY, mode=mode)
+        assert "\n" not in str(err.value)
+        with pytest.raises(ValueError, match="needs a level"):
+            retriever(mode, ONE, levels=[Level("sentence", SentenceSplitter())])
+
+    def test_parent_mode_may_name_the_document_as_its_parent(self) -> None:
+        flat = retriever("window", ONE, levels=[Level("sentence", SentenceSplitter())])
+        docs = flat.invoke(self.QUERY, k=1, mode="parent", parent_level="doc")
+        assert [(d.metadata["level"], d.page_content) for d in docs] == [("doc", TEXT)]
