@@ -104,6 +104,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_s2b.core.keys import encode_source_key, node_key
+from langchain_s2b.core.splitters import SentenceSplitter
 from langchain_s2b.store.lexical_index import analyze
 
 Spans = Callable[[str], list[tuple[int, int]]]
@@ -668,7 +669,8 @@ def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document
         doc.metadata["tokens"] = s.tokens_of(doc.page_content)
     if s.max_tokens is None or sum(d.metadata["tokens"] for d in docs) <= s.max_tokens:
         return docs
-    if not any(s.tokens_of(text_of(h.node)) <= s.max_tokens for u in units for h in u.hits):
+    hits_fit = any(s.tokens_of(text_of(h.node)) <= s.max_tokens for u in units for h in u.hits)
+    if mode == "window" and not hits_fit:  # parent mode may cut a hit's sentence
         return []
     found = {h.node.key for h in evidence(r, s)}
     shelf = Shelf(s, r, s.max_tokens)
@@ -681,7 +683,8 @@ def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document
             assert p is not None
             inside = [n for n in every if p.start <= n.start and n.end <= p.end]
         hits = [h for h in unit.hits if h.node.key in found] or unit.hits[:1]
-        shelf.slots.append(Slot(unit.source, hits, {n.split_id: n for n in inside}))
+        slot = Slot(unit.source, hits, {n.split_id: n for n in inside})
+        shelf.slots.append(sentences_of(slot, s.query) if mode == "parent" else slot)
     shelf.seed()
     if mode == "parent":
         for unit, doc, slot in zip(units, docs, shelf.slots, strict=True):
@@ -691,6 +694,7 @@ def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document
                 shelf.take([slot], p.start, p.end, doc.metadata["tokens"])
     shelf.grow()
     out = []
+    ranks = shelf.rank
     for doc, slot in zip(docs, shelf.slots, strict=True):
         runs = slot.runs()
         span = (doc.metadata["start"], doc.metadata["end"])
@@ -702,7 +706,7 @@ def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document
             cut_from["key"] = doc.id
         cut_from.update(start=doc.metadata["start"], end=doc.metadata["end"])
         for run in sorted(
-            runs, key=lambda run: min(shelf.rank[h.node.key] for h in slot.hits_in(run))
+            runs, key=lambda run: min(ranks[slot.key_of(h)] for h in slot.hits_in(run))
         ):
             out.append(slot.cut(run, mode, cut_from, s))
     return out
@@ -717,6 +721,16 @@ class Slot:
     inside: dict[int, Node]
     chosen: set[int] = field(default_factory=set)
     whole: bool = False
+    leaf_of: dict[int, int] = field(default_factory=dict)
+    """Parent mode's sentences: the leaf each lies in."""
+    stands_for: dict[str, Hit] = field(default_factory=dict)
+    """Parent mode's sentences: the match each hit sentence stands for."""
+    leaves: dict[int, Node] = field(default_factory=dict)
+    """Parent mode's sentences: the leaves they were cut from."""
+
+    def key_of(self, hit: Hit) -> str:
+        """The key the ranking knows a hit by (a sentence's: its leaf's)."""
+        return self.stands_for[hit.node.key].node.key if self.stands_for else hit.node.key
 
     def runs(self) -> list[list[int]]:
         out: list[list[int]] = []
@@ -738,18 +752,65 @@ class Slot:
 
     def cut(self, run: list[int], mode: str, cut_from: dict[str, Any], s: Settings) -> Document:
         start, end = self.span(run)
+        hits = [self.stands_for.get(h.node.key, h) for h in self.hits_in(run)]
+        leaves = sorted({self.leaf_of.get(i, i) for i in run})
         return result(
             self.source,
             start,
             end,
-            self.hits_in(run),
+            hits,
             mode,
-            self.hits[0].node.level,
-            split_ids=run,
+            hits[0].node.level,
+            split_ids=list(range(leaves[0], leaves[-1] + 1)),
             tokens=s.tokens_of(self.source.text[start:end]),
             escalation="cut",
             cut_from=cut_from,
         )
+
+
+SENTENCES = SentenceSplitter(max_tokens=10**9)
+
+
+def sentences_of(slot: Slot, query: str) -> Slot:
+    """Parent mode's fine cuts: the slot's leaves cut into sentences, numbered in text order
+    (a missing leaf leaves a gap); each hit is the sentence of its leaf sharing the most
+    words with the query (of equal ones the first), matched as its leaf with that span."""
+    words = {w.casefold() for w in re.findall(r"\w+", query)}
+    inside: dict[int, Node] = {}
+    leaf_of: dict[int, int] = {}
+    number, previous = 0, None
+    for split in sorted(slot.inside):
+        node = slot.inside[split]
+        number += previous is not None and split != previous + 1
+        previous = split
+        text = text_of(node)
+        for a, b in tile(SENTENCES.split_spans(text), len(text)):
+            level = f"sentence~{min(n.start for n in slot.inside.values())}"
+            inside[number] = Node(slot.source, level, number, node.start + a, node.start + b, None)
+            leaf_of[number] = split
+            number += 1
+    hits, stands_for = [], {}
+    for h in slot.hits:
+        mine = [i for i, leaf in leaf_of.items() if leaf == h.node.split_id]
+        if not mine:
+            continue
+        best = max(
+            mine,
+            key=lambda i: (
+                len(words & {w.casefold() for w in re.findall(r"\w+", text_of(inside[i]))}),
+                -i,
+            ),
+        )
+        sentence = inside[best]
+        hits.append(Hit(sentence, h.score))
+        n = h.node
+        match = Node(
+            n.source, n.level, n.split_id, sentence.start, sentence.end, n.parent, n.heading
+        )
+        stands_for[sentence.key] = Hit(match, h.score)
+    return Slot(
+        slot.source, hits, inside, leaf_of=leaf_of, stands_for=stands_for, leaves=slot.inside
+    )
 
 
 @dataclass
@@ -774,7 +835,7 @@ class Shelf:
         """Each hit's own leaf, in rank order, while it fits; never a result past ``k``."""
         rank = self.rank
         order = sorted(
-            ((rank[h.node.key], i, h) for i, slot in enumerate(self.slots) for h in slot.hits),
+            ((rank[slot.key_of(h)], i, h) for i, slot in enumerate(self.slots) for h in slot.hits),
             key=lambda entry: entry[:2],
         )
         for _, i, h in order:
@@ -807,8 +868,10 @@ class Shelf:
             for h in slot.hits:
                 if h.node.split_id not in slot.chosen:
                     continue
-                for split in range(h.node.split_id - reach, h.node.split_id + reach + 1):
-                    node = slot.inside.get(split)
+                center = slot.leaf_of.get(h.node.split_id, h.node.split_id)
+                leaves = slot.leaves or slot.inside  # coverage counts leaves, not sentences
+                for split in range(center - reach, center + reach + 1):
+                    node = leaves.get(split)
                     if node is not None and start <= node.start and node.end <= end:
                         covered.add((node.start, node.end))
         cover = sum(b - a for a, b in covered) / (end - start) if end > start else 1.0
@@ -834,7 +897,7 @@ class Shelf:
                     if split - 1 not in slot.chosen and split + 1 not in slot.chosen:
                         continue
                     value = sum(
-                        0.5 ** abs(split - h.node.split_id) / (rank[h.node.key] + 1)
+                        0.5 ** abs(split - h.node.split_id) / (rank[slot.key_of(h)] + 1)
                         for h in slot.hits
                     )
                     near = min(abs(split - h.node.split_id) for h in slot.hits)

@@ -36,7 +36,17 @@ from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_of
 from langchain_s2b.core.params import QueryParams
-from langchain_s2b.core.place import Run, Slot, as_cut, coverage, grow, pays, read_around, seed
+from langchain_s2b.core.place import (
+    Run,
+    Slot,
+    as_cut,
+    coverage,
+    grow,
+    pays,
+    placed,
+    read_around,
+    seed,
+)
 from langchain_s2b.core.ranking import Ranked
 from langchain_s2b.core.relevance import confident, evidence
 from langchain_s2b.core.requests import Fetch, Op, ask
@@ -291,7 +301,7 @@ class _Ladder:
         if not any(slot.runs for slot in inside):
             return
         extra = self.counter(_text(node, self.nodes)) - sum(slot.tokens for slot in inside)
-        cover = coverage(inside, start, end, self.reach, self.sources)
+        cover = coverage(placed(inside), start, end, self.reach, self.sources)
         if not pays(cover, extra, self.left, self.budget):
             return
         for slot in inside:

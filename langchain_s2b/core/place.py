@@ -28,6 +28,7 @@ reaches the edge of what was read); a leaf the docstore lacks ends a run there.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ from langchain_s2b.core.hits import Hit
 from langchain_s2b.core.keys import base_source_key
 from langchain_s2b.core.merge import Chunk, merge_chunks
 from langchain_s2b.core.requests import Fetch, Op, ask
+from langchain_s2b.core.splitters import SentenceSplitter
+from langchain_s2b.core.tree import tile
 
 DECAY = 0.5
 """A leaf's worth per step away from a hit."""
@@ -231,24 +234,30 @@ def as_cut(run: Run, slot: Slot) -> Cut:
 
 
 def coverage(
-    slots: Sequence[Slot], start: int, end: int, reach: int, sources: Mapping[str, Leaves]
+    placed: Sequence[tuple[Slot, Hit]],
+    start: int,
+    end: int,
+    reach: int,
+    sources: Mapping[str, Leaves],
 ) -> float:
     """The share of ``[start, end)``'s characters within ``reach`` leaves of a placed hit.
 
-    A placed hit is one whose leaf the slot holds; the leaves counted lie in
-    that hit's slot (its parent or paragraph).
+    ``placed``: the hits whose leaf was taken, each with its slot (its parent
+    or paragraph); the leaves counted lie in that slot.
     """
     spans: set[tuple[int, int]] = set()
-    for slot in slots:
-        for hit in slot.hits:
-            if slot.run_at(hit.split_id) is None:
-                continue
-            for split in range(hit.split_id - reach, hit.split_id + reach + 1):
-                chunk = leaf(slot, split, sources)
-                if chunk is not None and start <= chunk.start and chunk.end <= end:
-                    spans.add((chunk.start, chunk.end))
+    for slot, hit in placed:
+        for split in range(hit.split_id - reach, hit.split_id + reach + 1):
+            chunk = leaf(slot, split, sources)
+            if chunk is not None and start <= chunk.start and chunk.end <= end:
+                spans.add((chunk.start, chunk.end))
     covered = sum(b - a for a, b in spans)
     return covered / (end - start) if end > start else 1.0
+
+
+def placed(slots: Sequence[Slot]) -> list[tuple[Slot, Hit]]:
+    """The hits of ``slots`` whose own leaf was taken, with their slot."""
+    return [(slot, hit) for slot in slots for hit in slot.hits if slot.run_at(hit.split_id)]
 
 
 def pays(cover: float, cost: int, left: int, budget: int) -> bool:
@@ -263,3 +272,76 @@ def pays(cover: float, cost: int, left: int, budget: int) -> bool:
         return False
     spent = budget - left + cost
     return cover >= spent / budget if budget > 0 else False
+
+
+# Parent mode's fine cuts: a slot's leaves cut at sentence boundaries ------------------
+
+_SENTENCES = SentenceSplitter(max_tokens=10**9)
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return {word.casefold() for word in _WORD.findall(text)}
+
+
+@dataclass
+class Fine:
+    """A slot whose leaves were cut into sentences: the finer slot and the way back."""
+
+    slot: Slot
+    leaf_of: dict[int, int]
+    """Each sentence's leaf (split id)."""
+    hits: dict[str, Hit]
+    """The original hits, by key."""
+
+
+def sentence_slot(slot: Slot, query: str, sources: dict[str, Leaves]) -> Fine:
+    """``slot`` with each of its read leaves cut into its sentences (so a cut can be finer).
+
+    The sentences are numbered in text order (a missing leaf leaves a gap in the
+    numbers, so no run crosses it) and read into ``sources`` under a level of
+    their own. Each hit becomes the sentence of its leaf that shares the most
+    words with ``query`` (of equal ones, the first): a ~300-token chunk matched
+    as a whole, and the query's own words say where in it.
+    """
+    level = f"{slot.level}~{slot.bounds.start}~{slot.bounds.lo}"
+    fine = Leaves(slot.source_key, level, None)
+    leaf_of: dict[int, int] = {}
+    first_of: dict[int, list[int]] = {}
+    index, previous = 0, None
+    sentences: dict[int, Chunk] = {}
+    for split in sorted(leaves_of(slot, sources).known):
+        chunk = leaf(slot, split, sources)
+        if chunk is None:
+            continue
+        if previous is not None and split != previous + 1:
+            index += 1  # a missing leaf: no run crosses the gap
+        previous = split
+        for a, b in tile(_SENTENCES.split_spans(chunk.text), len(chunk.text)):
+            sentences[index] = Chunk(chunk.start + a, chunk.start + b, chunk.text[a:b], index)
+            leaf_of[index] = split
+            first_of.setdefault(split, []).append(index)
+            index += 1
+    fine.known.update(sentences)
+    fine.n_splits = index
+    sources[f"{slot.source_key}\x00{level}"] = fine
+    terms = _words(query)
+    hits: list[Hit] = []
+    for hit in slot.hits:
+        options = first_of.get(hit.split_id)
+        if not options:
+            continue
+        best = max(options, key=lambda i: (len(terms & _words(sentences[i].text)), -i))
+        own = sentences[best]
+        hits.append(
+            hit._replace(
+                split_id=best,
+                level=level,
+                start=own.start,
+                end=own.end,
+                text=own.text,
+                n_splits=index,
+            )
+        )
+    finer = Slot(slot.source_key, level, index, Bounds(lo=0, hi=max(index - 1, 0)), hits)
+    return Fine(finer, leaf_of, {hit.key: hit for hit in slot.hits})

@@ -53,6 +53,8 @@ class Ranked:
     """The best relevance a child the search did not return may have (``None``: none)."""
     reranked: dict[str, float] | None = None
     """With a reranker, each hit's ``rerank_score`` (the hits are those it kept, its order)."""
+    query: str = ""
+    """The query's text (parent mode's fine cuts read its words)."""
 
 
 def first_depth(params: QueryParams) -> int:

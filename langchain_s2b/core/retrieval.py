@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel, pack
-from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
+from langchain_s2b.core.ceiling import RING, Bounds, Cut, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
 from langchain_s2b.core.place import (
+    Fine,
     Run,
     Slot,
     as_cut,
@@ -33,8 +34,10 @@ from langchain_s2b.core.place import (
     grow,
     leaves_of,
     pays,
+    placed,
     read_around,
     seed,
+    sentence_slot,
 )
 from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked
 from langchain_s2b.core.relevance import evidence
@@ -69,6 +72,7 @@ def retrieve_vector(
     first = depth = first_depth(params)
     while True:
         ranking = yield from ranked(query, vector, params, depth, params.fetch_k * depth // first)
+        ranking = replace(ranking, query=query)
         groups = plan.group(ranking.hits, params)
         if ranking.exhausted:
             break
@@ -105,8 +109,8 @@ def shaped(
         groups: list[Group], ranking: Ranked, params: QueryParams, on_missing: str
     ) -> Op[list[Document]]:
         chosen = choose(groups, ranking, params)
-        if not fits_any(chosen, params.max_tokens, params):
-            return []  # not one hit fits the ceiling: nothing to fetch
+        if mode == "window" and not fits_any(chosen, params.max_tokens, params):
+            return []  # not one hit fits the ceiling: nothing to fetch (parent mode cuts finer)
         keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
         values: list[Document | None] = []
         if keys:
@@ -171,7 +175,9 @@ def ceiling(
     Every result's evidence hits get their own leaves first, in rank order; a
     parent then comes back whole when it fits and pays; every other result
     grows around its hits by worth, inside its parent or window, and a run
-    that grew to its whole window or parent is that result whole.
+    that grew to its whole window or parent is that result whole. Parent mode
+    cuts finely: inside a parent, at sentence boundaries within its leaves
+    (:func:`~langchain_s2b.core.place.sentence_slot`).
     """
     counter = params.token_counter
     budget = params.max_tokens or 0
@@ -192,33 +198,62 @@ def ceiling(
     for slot in slots:
         leaves_of(slot, sources).read(fetched)  # a window's leaves: fetched already
     reach = max(params.before, params.after, 1)
-    yield from read_around(slots, sources, max(RING, reach))
+    yield from read_around(slots, sources, PARENT_READ if mode == "parent" else max(RING, reach))
+    fine = (
+        [sentence_slot(slot, ranking.query, sources) for slot in slots] if mode == "parent" else []
+    )
+    spent = [f.slot for f in fine] or slots
     order = sorted(
-        ((ranks[h.key], index, h) for index, slot in enumerate(slots) for h in slot.hits),
+        ((ranks[h.key], index, h) for index, slot in enumerate(spent) for h in slot.hits),
         key=lambda entry: entry[:2],
     )
-    left = seed(slots, [(i, h) for _, i, h in order], budget, params.count, counter, sources)
-    if mode == "parent":
-        for (group, docs), slot in zip(built, slots, strict=True):
-            extra = sum(d.metadata["tokens"] for d in docs) - slot.tokens
-            cover = coverage([slot], group.start, group.end, reach, sources)
-            if slot.runs and pays(cover, extra, left, budget):
-                slot.whole = True
-                left -= extra
-    yield from grow(slots, ranks, left, counter, sources)
+    left = seed(spent, [(i, h) for _, i, h in order], budget, params.count, counter, sources)
+    for (group, docs), slot, finer in zip(built, slots, fine, strict=False):
+        extra = sum(d.metadata["tokens"] for d in docs) - finer.slot.tokens
+        taken = [(slot, finer.hits[h.key]) for _, h in placed([finer.slot])]
+        cover = coverage(taken, group.start, group.end, reach, sources)
+        if taken and pays(cover, extra, left, budget):
+            finer.slot.whole = True
+            left -= extra
+    yield from grow(spent, ranks, left, counter, sources)
     out: list[Document] = []
-    for (group, docs), slot in zip(built, slots, strict=True):
-        if slot.whole or (len(slot.runs) == 1 and _is_whole(slot.runs[0], group, docs, mode)):
+    for index, (group, docs) in enumerate(built):
+        slot = spent[index]
+        if slot.whole or (len(slot.runs) == 1 and _is_whole(slot.runs[0], docs, mode)):
             out += docs
             continue
-        runs = sorted(slot.runs, key=lambda r: min(ranks[h.key] for h in as_cut(r, slot).hits))
+        cuts = [as_cut(run, slot) for run in slot.runs]
+        if fine:
+            cuts = [_coarse(found, fine[index]) for found in cuts]
+        cuts.sort(key=lambda found: min(ranks[h.key] for h in found.hits))
         base = next(d.metadata for d in (fetched.get(k) for k in group.keys) if d is not None)
-        for run in runs:
-            out.append(cut_document(as_cut(run, slot), group, mode, base, _cut_from(docs)))
+        out += [cut_document(found, group, mode, base, _cut_from(docs)) for found in cuts]
     return out
 
 
-def _is_whole(run: Run, group: Group, docs: list[Document], mode: str) -> bool:
+PARENT_READ = 64
+"""Leaves read on each side of a hit in parent mode: every leaf of its parent, as a rule."""
+
+
+def _coarse(found: Cut, fine: Fine) -> Cut:
+    """A run of sentences as a cut of the parent's leaves.
+
+    Its ``split_ids`` are the leaves it takes from; each match is its leaf
+    (key, split id, score) with the span of the sentence that stood for it.
+    """
+    leaves = [fine.leaf_of[i] for i in range(found.first, found.last + 1)]
+    hits = [
+        h._replace(
+            split_id=fine.hits[h.key].split_id,
+            level=fine.hits[h.key].level,
+            n_splits=fine.hits[h.key].n_splits,
+        )
+        for h in found.hits
+    ]
+    return replace(found, first=min(leaves), last=max(leaves), hits=hits)
+
+
+def _is_whole(run: Run, docs: list[Document], mode: str) -> bool:
     """Whether a run grew to its whole result (a window's splits, a parent's span)."""
     if len(docs) != 1:
         return False
