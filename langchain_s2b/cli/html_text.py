@@ -27,18 +27,20 @@
   text, not navigation. A heading left with nothing under it (before the next
   heading of its rank or higher) goes too.
 
-The bytes are decoded as a browser would (a byte-order mark, else the charset
-the page declares in its first 1024 bytes, else UTF-8, else windows-1252) and
-streamed through libxml2's HTML parser (lxml) into a list of blocks: no tree of
-the page is built and nothing recurses, so a deeply nested or very large page
-costs memory in proportion to its text.
+The bytes are decoded as a browser would (:mod:`~langchain_s2b.cli.html_charset`:
+a byte-order mark, else the charset the page declares in its first 1024 bytes,
+what it can not decode as U+FFFD; else UTF-8, else windows-1252) and streamed
+through libxml2's HTML parser (lxml) into a list of blocks: no tree of the page
+is built and nothing recurses, so a deeply nested or very large page costs
+memory in proportion to its text.
 """
 
 from __future__ import annotations
 
-import codecs
 import re
 from dataclasses import dataclass, field
+
+from langchain_s2b.cli.html_charset import decode
 
 LINK_SHARE = 0.5
 """A paragraph, list or table is a link list (dropped) when this share of its words are links'."""
@@ -78,52 +80,6 @@ _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019\u00bb)\]]*\Z")  # closing quotes, brackets
 _BLANK_LINES = re.compile(r"\n{3,}")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t\f]*\n)+")
-_DECLARED = re.compile(
-    rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)"""
-    rb"""|<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)""",
-    re.IGNORECASE,
-)
-_BOMS = (
-    (codecs.BOM_UTF8, "utf-8"),
-    (codecs.BOM_UTF16_LE, "utf-16-le"),
-    (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
-
-
-def decode(data: bytes) -> str:
-    """A page's bytes as text, the encoding chosen as a browser chooses it.
-
-    A byte-order mark decides; else the first of the charset the page declares
-    (in its first 1024 bytes), UTF-8 and windows-1252 that decodes the whole
-    page; else the declared one (or windows-1252), with U+FFFD for what it can not decode. A
-    page declared ISO-8859-1 or ASCII is read as windows-1252 and one declared
-    UTF-16 (which an ASCII declaration can not be) as UTF-8, as the WHATWG
-    Encoding standard says.
-    """
-    for bom, name in _BOMS:
-        if data.startswith(bom):
-            return data[len(bom) :].decode(name, "replace")
-    declared = _declared(data[:1024])
-    for name in dict.fromkeys(n for n in (declared, "utf-8", "windows-1252") if n):
-        try:
-            return data.decode(name)
-        except UnicodeDecodeError:
-            continue
-    return data.decode(declared or "windows-1252", "replace")
-
-
-def _declared(head: bytes) -> str | None:
-    match = _DECLARED.search(head)
-    if match is None:
-        return None
-    label = (match.group(1) or match.group(2)).decode("ascii")
-    try:
-        name = codecs.lookup(label).name
-    except LookupError:
-        return None
-    if name.startswith(("utf-16", "utf-32")):
-        return "utf-8"
-    return "windows-1252" if name in ("iso8859-1", "ascii") else name
 
 
 def page_text(data: bytes) -> tuple[str, str | None]:
@@ -131,7 +87,8 @@ def page_text(data: bytes) -> tuple[str, str | None]:
 
     Raises:
         ImportError: lxml is not installed.
-        ValueError: libxml2 could not read the page.
+        ValueError: libxml2 could not read the page, or it declares an encoding browsers
+            refuse to decode.
     """
     try:
         from lxml import etree
