@@ -64,12 +64,16 @@ _BLOCKS = frozenset(
         *_HEADINGS, *_LISTS, *_TABLE_PARTS,
     }
 )  # fmt: skip
+_FOREIGN = frozenset({"svg", "math"})
+"""Foreign content: its ``<title>`` is an image's or a formula's, not the page's."""
 _CODE = frozenset({"code", "tt", "kbd", "samp", "var"})
 _PRE = frozenset({"pre", "listing", "xmp", "plaintext"})
 _LANDMARK_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
 _MAX_INDENT = 8
 """Nested lists deeper than this are indented no further."""
 _PERMALINKS = frozenset({"headerlink", "copiable-anchor", "copiable-link", "anchorjs-link"})
+_MARK_CHARACTERS = "#¶§🔗\ufe0e\ufe0f\u200b\u2060\ufeff\xa0" + " \t\n\r\f"
+"""A heading's permalink shows these alone (Node.js ``#``, Sphinx ``¶``, rustdoc ``§``, 🔗)."""
 _SCOPES_PAGE_CHROME = frozenset({"article", "aside", "main", "nav", "section"})
 _SCOPES_ASIDE = frozenset({"article", "aside", "nav", "section"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
@@ -145,6 +149,18 @@ class _Block:
 
 
 @dataclass(slots=True)
+class _Mark:
+    """A heading's block as it was where a link to a place on the page started."""
+
+    block: _Block | None
+    parts: int = 0
+    chars: int = 0
+    words: int = 0
+    link_words: int = 0
+    space: bool = False
+
+
+@dataclass(slots=True)
 class _Open:
     """An element the walk is inside."""
 
@@ -169,8 +185,10 @@ class _Open:
     indent: int = 0
     """A list item's indent for its later paragraphs (its marker's width)."""
     link: bool = False
-    code: bool = False
     """An ``<a>`` that navigates."""
+    code: bool = False
+    mark: _Mark | None = None
+    """A link to a place on the page, in a heading: where its text starts, to drop a mark."""
 
 
 class _Walk:
@@ -187,7 +205,10 @@ class _Walk:
         self.skip_at: int | None = None
         """The position of the dropped element the walk is inside."""
         self.title: list[str] | None = None
+        """The text of the page's ``<title>``: HTML's first, not an SVG's or MathML's."""
         self.in_title = False
+        self.foreign = 0
+        """How many ``<svg>`` and ``<math>`` the walk is inside."""
         self.ids = 0
         self.links = 0
         self.code = 0
@@ -204,7 +225,9 @@ class _Walk:
     # lxml's target interface
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
-        if tag == "title" and self.title is None:
+        if tag in _FOREIGN:
+            self.foreign += 1
+        elif tag == "title" and self.title is None and not self.foreign:
             self.title, self.in_title = [], True
         frame = _Open(tag, len(self.open))
         if self.skip_at is None and self._dropped(tag, attrib):
@@ -223,12 +246,14 @@ class _Walk:
         elif tag == "a" and _navigates(attrib):
             frame.link = True
             self.links += 1
+            if self.headings and attrib.get("href", "").strip(_SPACE).startswith("#"):
+                frame.mark = self._mark_start()
         elif tag in _CODE:
             frame.code = True
             self.code += 1
 
     def end(self, tag: str) -> None:
-        if tag == "title":
+        if tag == "title" and not self.foreign:
             self.in_title = False
         if self.open and self.open[-1].tag != tag:
             index = next((f.position for f in reversed(self.open) if f.tag == tag), None)
@@ -283,6 +308,8 @@ class _Walk:
 
     def _pop(self) -> None:
         frame = self.open.pop()
+        if frame.tag in _FOREIGN:
+            self.foreign -= 1
         if self.skip_at is not None:
             if frame.position == self.skip_at:
                 self.skip_at = None
@@ -291,11 +318,33 @@ class _Walk:
             self.scopes[frame.tag] -= 1
         if frame.link:
             self.links -= 1
+        if frame.mark is not None:
+            self._drop_mark(frame.mark)
         if frame.code:
             self.code -= 1
         if frame.block:
             self._break()
             self._close_block(frame)
+
+    def _mark_start(self) -> _Mark:
+        block = self.current
+        if block is None:
+            return _Mark(None)
+        return _Mark(
+            block, len(block.parts), block.chars, block.words, block.link_words, block.space
+        )
+
+    def _drop_mark(self, mark: _Mark) -> None:
+        """A heading's self-link whose text is only a mark (``#``, ``¶``, ``§``): not its text."""
+        block = self.current
+        if block is None or (mark.block is not None and block is not mark.block):
+            return
+        text = "".join(block.parts[mark.parts :])
+        if not text or text.strip(_MARK_CHARACTERS):
+            return
+        del block.parts[mark.parts :]
+        block.chars, block.words, block.link_words = mark.chars, mark.words, mark.link_words
+        block.space = mark.space or block.space or " " in text
 
     # blocks
 

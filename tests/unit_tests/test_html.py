@@ -16,11 +16,24 @@ from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.html_charset import decode
 from langchain_s2b.cli.loaders import SkippedFile, read_documents
+from langchain_s2b.core.headers import SectionHeaders
 
 LIBFFI = Path(__file__).parent / "data" / "libffi"
 KOI8 = '<meta http-equiv="Content-Type" content="text/html; charset=koi8-r"><p>мир</p>'.encode(
     "koi8-r"
 )
+NODE_OS = b"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
+<title>OS | Node.js v22.11.0 Documentation</title></head><body><div id="apicontent">
+<h2>OS<span><a class="mark" href="#os" id="os">#</a></span><a aria-hidden="true" class="legacy"
+ id="os_os"></a></h2>
+<p>The <code>node:os</code> module provides operating system-related utility methods.</p>
+<section><h3><code>os.EOL</code><span><a class="mark" href="#oseol" id="oseol">#</a></span><a
+ aria-hidden="true" class="legacy" id="os_os_eol"></a></h3>
+<p>The operating system-specific end-of-line marker.</p></section>
+<h3>Error codes<span><a class="mark" href="#error-codes" id="error-codes">#</a></span><span><a
+ class="mark" href="#ERR_X" id="ERR_X">#</a></span></h3><p>A table of them.</p></div></body></html>
+"""
+"""A page of Node.js's API documentation as its doc tool writes it (v22)."""
 
 
 def page_text(data: bytes) -> tuple[str, str | None]:
@@ -89,6 +102,56 @@ class TestHeadings:
             "First heading",
         )
         assert page_text(b"<p>no heading</p>") == ("no heading", None)
+
+    def test_an_svg_title_is_not_the_page_title(self) -> None:
+        icon = "<svg viewBox='0 0 10 10'><title>Menu icon</title><path d='M0 0h10'/></svg>"
+        formula = "<math><title>x squared</title><mi>x</mi></math>"
+        page = f"<html><head></head><body>{icon}<h1>Real title</h1><p>{formula} Body.</p>"
+        assert page_text(page.encode()) == ("# Real title\n\nx Body.", "Real title")
+        headed = f"<html><head><title>Page</title></head><body>{icon}<h1>H</h1><p>x.</p>"
+        assert page_text(headed.encode())[1] == "Page"
+        # after the icon, HTML's own <title> is the page's, as document.title reads it
+        late = f"<html><body>{icon}<p>x.</p><title>Late title</title></body></html>"
+        assert page_text(late.encode()) == ("x.", "Late title")
+
+    def test_a_permalink_mark_is_not_in_the_heading_path(self) -> None:
+        text, title = page_text(NODE_OS)
+        assert title == "OS | Node.js v22.11.0 Documentation"
+        assert text == (
+            "## OS\n\n"
+            "The node:os module provides operating system-related utility methods.\n\n"
+            "### os.EOL\n\n"
+            "The operating system-specific end-of-line marker.\n\n"
+            "### Error codes\n\n"
+            "A table of them."
+        )
+        headers = SectionHeaders(text, {"title": title})
+        at = text.index("The operating system-specific")
+        assert headers.outline.path_at(at) == ("OS", "os.EOL")
+        assert headers.at(at, len(text)) == "OS | Node.js v22.11.0 Documentation > OS > os.EOL"
+
+    @pytest.mark.parametrize(
+        ("heading", "text"),
+        [
+            # Sphinx, MkDocs: a headerlink class; Go's pkgsite, rustdoc: a mark alone
+            ("Install<a class='headerlink' href='#install' title='Link'>¶</a>", "Install"),
+            ("func Open <a class='Documentation-idLink' href='#Open'>¶</a>", "func Open"),
+            ("Examples<a href='#examples' class='anchor'>§</a>", "Examples"),
+            ("<a href='#usage'> 🔗 </a>Usage", "Usage"),
+            ("Usage<a href='#usage' aria-label='Direct link'>\u200b</a>", "Usage"),  # Docusaurus
+            # GitHub: an octicon (an svg) in an anchor, or an empty anchor
+            ("<a class='anchor' href='#setup'><svg><path d='M0'/></svg></a>Setup", "Setup"),
+            ("<a id='user-content-setup' class='anchor' href='#setup'></a>Setup", "Setup"),
+            # a self-link that is the heading's text (MDN) is its text; so is a mark that
+            # links elsewhere, and one that is not alone
+            ("<a href='#syntax'>Syntax</a>", "Syntax"),
+            ("C<a href='other.html'>#</a>", "C#"),
+            ("F<a href='#f'>#1</a>", "F#1"),
+            ("A<a href='#x'> # </a>B", "A B"),
+        ],
+    )
+    def test_permalink_variants(self, heading: str, text: str) -> None:
+        assert text_of(f"<h2>{heading}</h2><p>x.</p>") == f"## {text}\n\nx."
 
 
 class TestChrome:
@@ -422,3 +485,22 @@ class TestIndexAndQuery:
         results = _query(capsys, store, "What does FFI stand for?")
         assert Path(results[0]["metadata"]["source"]).name == "Introduction.html"
         assert results[0]["text"].startswith("## 1 What is libffi?\n\nCompilers for high level")
+
+    def test_the_shown_section_path_has_no_permalink_marks(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        docs, store = tmp_path / "docs", tmp_path / "s"
+        docs.mkdir()
+        (docs / "os.html").write_bytes(NODE_OS)
+        assert main(["index", str(docs), "--store", str(store), "--headers"]) == 0
+        capsys.readouterr()
+        argv = ["query", "end-of-line marker", "--store", str(store), "-k", "1"]
+        assert main([*argv, "--json"]) == 0
+        (result,) = json.loads(capsys.readouterr().out)["results"]
+        best = max(result["metadata"]["matches"], key=lambda m: m["fused_score"])
+        base = result["metadata"]["start"]
+        found = result["text"][best["start"] - base : best["end"] - base].strip()
+        assert found == "The operating system-specific end-of-line marker."
+        assert result["heading"] == "OS | Node.js v22.11.0 Documentation > OS > os.EOL"
+        assert main(argv) == 0  # not a terminal: plain text
+        assert "§ OS | Node.js v22.11.0 Documentation > OS > os.EOL  [" in capsys.readouterr().out
