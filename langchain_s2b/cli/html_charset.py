@@ -149,6 +149,7 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
 _PRESCAN = 1024
+_UTF_16 = ("utf-16be", "utf-16le")
 _SPACE = b"\t\n\f\r "
 _SPACE_SLASH = _SPACE + b"/"
 _SPACE_END = _SPACE + b">"
@@ -170,9 +171,13 @@ def decode(data: bytes) -> str:
         return data.decode("utf-16-le", "replace")
     if head.startswith(b"\0<\0?\0x"):
         return data.decode("utf-16-be", "replace")
-    declared = _prescan(head) or _xml_declaration(head)
-    if declared is not None:
-        return _decoded(data, declared)
+    label = _prescan(head)
+    if label is not None:
+        return _decoded(data, _declared(label), label)
+    label = _xml_declaration(head)
+    if label is not None:
+        name = _named(label)
+        return _decoded(data, "utf-8" if name in _UTF_16 else name, label)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -184,14 +189,19 @@ def encoding(label: str) -> str | None:
     return _LABELS.get(label.strip(_ASCII_SPACE).lower())
 
 
-def _decoded(data: bytes, name: str) -> str:
+def _named(label: str) -> str:
+    """The encoding a label the prescan found names (it names one)."""
+    return _LABELS[label.strip(_ASCII_SPACE).lower()]
+
+
+def _decoded(data: bytes, name: str, label: str = "") -> str:
     if name in _SINGLE_BYTE or name == "x-user-defined":
         return codecs.charmap_decode(data, "strict", _table(name))[0]
-    codec, labels = _ENCODINGS[name]
+    codec = _ENCODINGS[name][0]
     if codec is None:
         msg = (
-            f"the page declares a charset browsers refuse to decode (one of {labels}); "
-            f"any other encoding of the WHATWG Encoding standard is read"
+            f"it declares charset {label.strip(_ASCII_SPACE)!r}, which browsers refuse to "
+            f"decode (WHATWG's replacement encoding); any other charset is read"
         )
         raise ValueError(msg)
     return data.decode(codec, "replace")
@@ -214,15 +224,19 @@ def _table(name: str) -> str:
     return "".join(chars)
 
 
-def _declared(name: str) -> str:
-    """The encoding a ``<meta>`` naming ``name`` means: UTF-16 is UTF-8, x-user-defined 1252."""
-    if name in ("utf-16be", "utf-16le"):
+def _declared(label: str) -> str:
+    """The encoding a ``<meta>`` naming ``label`` means: UTF-16 is UTF-8, x-user-defined 1252."""
+    name = _named(label)
+    if name in _UTF_16:
         return "utf-8"
     return "windows-1252" if name == "x-user-defined" else name
 
 
 def _xml_declaration(head: bytes) -> str | None:
-    """The encoding of an XML declaration that opens the page: "get an XML encoding"."""
+    """The label of an XML declaration that opens the page, if it names an encoding.
+
+    The HTML standard's "get an XML encoding".
+    """
     if not head.startswith(b"<?xml"):
         return None
     end = head.find(b">")
@@ -242,12 +256,12 @@ def _xml_declaration(head: bytes) -> str | None:
     label = head[at + 1 : close]
     if close < 0 or any(byte <= 0x20 for byte in label):
         return None
-    name = encoding(label.decode("latin-1"))
-    return "utf-8" if name in ("utf-16be", "utf-16le") else name
+    text = label.decode("latin-1")
+    return text if encoding(text) is not None else None
 
 
 def _prescan(head: bytes) -> str | None:
-    """The encoding a ``<meta>`` of ``head`` declares: the HTML standard's prescan."""
+    """The label of the first ``<meta>`` in ``head`` naming an encoding: the standard's prescan."""
     at, end = 0, len(head)
     while at < end:
         if head.startswith(b"<!--", at):
@@ -285,12 +299,12 @@ def _tag_start(head: bytes, at: int) -> bool:
 
 
 def _meta(head: bytes, at: int) -> tuple[str | None, int]:
-    """The encoding a ``<meta>`` whose attributes start at ``at`` declares, and where it ends."""
+    """The label a ``<meta>`` whose attributes start at ``at`` declares, and where it ends."""
     seen: set[str] = set()
     pragma = False
     need_pragma: bool | None = None
     charset: str | None = None
-    failed = False
+    failed = False  # a charset attribute that names no encoding
     while True:
         attribute, at = _attribute(head, at)
         if attribute is None:
@@ -304,15 +318,15 @@ def _meta(head: bytes, at: int) -> tuple[str | None, int]:
         elif name == "content" and charset is None and not failed:
             label = _content_charset(value)
             if label is not None and encoding(label) is not None:
-                charset, need_pragma = encoding(label), True
+                charset, need_pragma = label, True
         elif name == "charset":
-            charset, need_pragma = encoding(value), False
-            failed = charset is None
+            charset, need_pragma = value, False
+            failed = encoding(value) is None
     if at >= len(head):  # the bytes ran out inside the tag: the prescan gives up
         return None, at
-    if need_pragma is None or (need_pragma and not pragma) or charset is None:
+    if need_pragma is None or (need_pragma and not pragma) or charset is None or failed:
         return None, at
-    return _declared(charset), at
+    return charset, at
 
 
 def _attribute(head: bytes, at: int) -> tuple[tuple[str, str] | None, int]:

@@ -17,7 +17,9 @@
   breaks the line.
 - **What a reader does not read is dropped**: ``<head>``, scripts, styles,
   templates, forms' controls, embedded objects, hidden elements (``hidden``,
-  ``aria-hidden="true"``, ``display: none``), permalink anchors (``¶``); the
+  ``aria-hidden="true"``, ``display: none``), permalink anchors (``¶``, and in
+  a heading any link to a place on the page whose text is only a mark such as
+  ``#``, ``¶``, ``§`` or 🔗, as Node.js's API pages have); the
   page's chrome as HTML-AAM maps it to landmarks (``<nav>``; ``<header>``,
   ``<footer>`` and ``<aside>`` of the page, not of an article or section; any
   ``role`` navigation, banner, contentinfo, complementary or search); and
@@ -87,7 +89,10 @@ _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t\f]*\n)+")
 
 
 def page_text(data: bytes) -> tuple[str, str | None]:
-    """The text a reader reads on an HTML page, and its title (``<title>``, else its first heading).
+    """The text a reader reads on an HTML page, and its title, else its first heading.
+
+    The title is HTML's first ``<title>``, not one inside ``<svg>`` or ``<math>``
+    (an icon's or a formula's), as a browser's ``document.title`` reads it.
 
     Raises:
         ImportError: lxml is not installed.
