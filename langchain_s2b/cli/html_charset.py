@@ -8,11 +8,12 @@ Encoding standard's labels (https://encoding.spec.whatwg.org):
    ``<meta http-equiv="content-type" content="...; charset=...">`` found by the
    standard's prescan of the first 1024 bytes (comments and other tags'
    attribute values skipped), else an XML declaration at the very start
-   (``<?xml ... encoding="..."?>``, as WebKit and Blink read one). Bytes the
-   encoding can not decode become U+FFFD, as in a browser: one stray byte costs
-   one character, not the page.
-3. Else (nothing declared) UTF-8 when the whole page is UTF-8, else
-   windows-1252, the fallback of a browser in most locales.
+   (``<?xml ... encoding="..."?>``: the prescan's "get an XML encoding"; one
+   in UTF-16 without a BOM means UTF-16). Bytes the encoding can not decode
+   become U+FFFD, as in a browser: one stray byte costs one character, not the
+   page.
+3. Else (nothing declared) UTF-8 when the whole page is UTF-8 (as browsers'
+   detectors find it), else windows-1252, their fallback in most locales.
 
 Labels are the standard's: ``latin1``, ``iso-8859-1`` and ``ascii`` name
 windows-1252, ``utf8`` names UTF-8, ``gb2312`` names GBK; a declared UTF-16
