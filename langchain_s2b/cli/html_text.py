@@ -17,7 +17,9 @@
   breaks the line.
 - **What a reader does not read is dropped**: ``<head>``, scripts, styles,
   templates, forms' controls, embedded objects, hidden elements (``hidden``,
-  ``aria-hidden="true"``, ``display: none``), permalink anchors (``¶``); the
+  ``aria-hidden="true"``, ``display: none``), permalink anchors (``¶``, and in
+  a heading any link to a place on the page whose text is only a mark such as
+  ``#``, ``¶``, ``§`` or 🔗, as Node.js's API pages have); the
   page's chrome as HTML-AAM maps it to landmarks (``<nav>``; ``<header>``,
   ``<footer>`` and ``<aside>`` of the page, not of an article or section; any
   ``role`` navigation, banner, contentinfo, complementary or search); and
@@ -27,18 +29,20 @@
   text, not navigation. A heading left with nothing under it (before the next
   heading of its rank or higher) goes too.
 
-The bytes are decoded as a browser would (a byte-order mark, else the charset
-the page declares in its first 1024 bytes, else UTF-8, else windows-1252) and
-streamed through libxml2's HTML parser (lxml) into a list of blocks: no tree of
-the page is built and nothing recurses, so a deeply nested or very large page
-costs memory in proportion to its text.
+The bytes are decoded as a browser would (:mod:`~langchain_s2b.cli.html_charset`:
+a byte-order mark, else the charset the page declares in its first 1024 bytes,
+what it can not decode as U+FFFD; else UTF-8, else windows-1252) and streamed
+through libxml2's HTML parser (lxml) into a list of blocks: no tree of the page
+is built and nothing recurses, so a deeply nested or very large page costs
+memory in proportion to its text.
 """
 
 from __future__ import annotations
 
-import codecs
 import re
 from dataclasses import dataclass, field
+
+from langchain_s2b.cli.html_charset import decode
 
 LINK_SHARE = 0.5
 """A paragraph, list or table is a link list (dropped) when this share of its words are links'."""
@@ -62,12 +66,16 @@ _BLOCKS = frozenset(
         *_HEADINGS, *_LISTS, *_TABLE_PARTS,
     }
 )  # fmt: skip
+_FOREIGN = frozenset({"svg", "math"})
+"""Foreign content: its ``<title>`` is an image's or a formula's, not the page's."""
 _CODE = frozenset({"code", "tt", "kbd", "samp", "var"})
 _PRE = frozenset({"pre", "listing", "xmp", "plaintext"})
 _LANDMARK_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
 _MAX_INDENT = 8
 """Nested lists deeper than this are indented no further."""
 _PERMALINKS = frozenset({"headerlink", "copiable-anchor", "copiable-link", "anchorjs-link"})
+_MARK_CHARACTERS = "#¶§🔗\ufe0e\ufe0f\u200b\u2060\ufeff\xa0" + " \t\n\r\f"
+"""A heading's permalink shows these alone (Node.js ``#``, Sphinx ``¶``, rustdoc ``§``, 🔗)."""
 _SCOPES_PAGE_CHROME = frozenset({"article", "aside", "main", "nav", "section"})
 _SCOPES_ASIDE = frozenset({"article", "aside", "nav", "section"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
@@ -78,60 +86,18 @@ _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019\u00bb)\]]*\Z")  # closing quotes, brackets
 _BLANK_LINES = re.compile(r"\n{3,}")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t\f]*\n)+")
-_DECLARED = re.compile(
-    rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)"""
-    rb"""|<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)""",
-    re.IGNORECASE,
-)
-_BOMS = (
-    (codecs.BOM_UTF8, "utf-8"),
-    (codecs.BOM_UTF16_LE, "utf-16-le"),
-    (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
-
-
-def decode(data: bytes) -> str:
-    """A page's bytes as text, the encoding chosen as a browser chooses it.
-
-    A byte-order mark decides; else the first of the charset the page declares
-    (in its first 1024 bytes), UTF-8 and windows-1252 that decodes the whole
-    page; else the declared one (or windows-1252), with U+FFFD for what it can not decode. A
-    page declared ISO-8859-1 or ASCII is read as windows-1252 and one declared
-    UTF-16 (which an ASCII declaration can not be) as UTF-8, as the WHATWG
-    Encoding standard says.
-    """
-    for bom, name in _BOMS:
-        if data.startswith(bom):
-            return data[len(bom) :].decode(name, "replace")
-    declared = _declared(data[:1024])
-    for name in dict.fromkeys(n for n in (declared, "utf-8", "windows-1252") if n):
-        try:
-            return data.decode(name)
-        except UnicodeDecodeError:
-            continue
-    return data.decode(declared or "windows-1252", "replace")
-
-
-def _declared(head: bytes) -> str | None:
-    match = _DECLARED.search(head)
-    if match is None:
-        return None
-    label = (match.group(1) or match.group(2)).decode("ascii")
-    try:
-        name = codecs.lookup(label).name
-    except LookupError:
-        return None
-    if name.startswith(("utf-16", "utf-32")):
-        return "utf-8"
-    return "windows-1252" if name in ("iso8859-1", "ascii") else name
 
 
 def page_text(data: bytes) -> tuple[str, str | None]:
-    """The text a reader reads on an HTML page, and its title (``<title>``, else its first heading).
+    """The text a reader reads on an HTML page, and its title, else its first heading.
+
+    The title is HTML's first ``<title>``, not one inside ``<svg>`` or ``<math>``
+    (an icon's or a formula's), as a browser's ``document.title`` reads it.
 
     Raises:
         ImportError: lxml is not installed.
-        ValueError: libxml2 could not read the page.
+        ValueError: libxml2 could not read the page, or it declares an encoding browsers
+            refuse to decode.
     """
     try:
         from lxml import etree
@@ -188,6 +154,18 @@ class _Block:
 
 
 @dataclass(slots=True)
+class _Mark:
+    """A heading's block as it was where a link to a place on the page started."""
+
+    block: _Block | None
+    parts: int = 0
+    chars: int = 0
+    words: int = 0
+    link_words: int = 0
+    space: bool = False
+
+
+@dataclass(slots=True)
 class _Open:
     """An element the walk is inside."""
 
@@ -212,8 +190,10 @@ class _Open:
     indent: int = 0
     """A list item's indent for its later paragraphs (its marker's width)."""
     link: bool = False
-    code: bool = False
     """An ``<a>`` that navigates."""
+    code: bool = False
+    mark: _Mark | None = None
+    """A link to a place on the page, in a heading: where its text starts, to drop a mark."""
 
 
 class _Walk:
@@ -230,7 +210,10 @@ class _Walk:
         self.skip_at: int | None = None
         """The position of the dropped element the walk is inside."""
         self.title: list[str] | None = None
+        """The text of the page's ``<title>``: HTML's first, not an SVG's or MathML's."""
         self.in_title = False
+        self.foreign = 0
+        """How many ``<svg>`` and ``<math>`` the walk is inside."""
         self.ids = 0
         self.links = 0
         self.code = 0
@@ -247,7 +230,9 @@ class _Walk:
     # lxml's target interface
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
-        if tag == "title" and self.title is None:
+        if tag in _FOREIGN:
+            self.foreign += 1
+        elif tag == "title" and self.title is None and not self.foreign:
             self.title, self.in_title = [], True
         frame = _Open(tag, len(self.open))
         if self.skip_at is None and self._dropped(tag, attrib):
@@ -266,12 +251,14 @@ class _Walk:
         elif tag == "a" and _navigates(attrib):
             frame.link = True
             self.links += 1
+            if self.headings and attrib.get("href", "").strip(_SPACE).startswith("#"):
+                frame.mark = self._mark_start()
         elif tag in _CODE:
             frame.code = True
             self.code += 1
 
     def end(self, tag: str) -> None:
-        if tag == "title":
+        if tag == "title" and not self.foreign:
             self.in_title = False
         if self.open and self.open[-1].tag != tag:
             index = next((f.position for f in reversed(self.open) if f.tag == tag), None)
@@ -326,6 +313,8 @@ class _Walk:
 
     def _pop(self) -> None:
         frame = self.open.pop()
+        if frame.tag in _FOREIGN:
+            self.foreign -= 1
         if self.skip_at is not None:
             if frame.position == self.skip_at:
                 self.skip_at = None
@@ -334,11 +323,33 @@ class _Walk:
             self.scopes[frame.tag] -= 1
         if frame.link:
             self.links -= 1
+        if frame.mark is not None:
+            self._drop_mark(frame.mark)
         if frame.code:
             self.code -= 1
         if frame.block:
             self._break()
             self._close_block(frame)
+
+    def _mark_start(self) -> _Mark:
+        block = self.current
+        if block is None:
+            return _Mark(None)
+        return _Mark(
+            block, len(block.parts), block.chars, block.words, block.link_words, block.space
+        )
+
+    def _drop_mark(self, mark: _Mark) -> None:
+        """A heading's self-link whose text is only a mark (``#``, ``¶``, ``§``): not its text."""
+        block = self.current
+        if block is None or (mark.block is not None and block is not mark.block):
+            return
+        text = "".join(block.parts[mark.parts :])
+        if not text or text.strip(_MARK_CHARACTERS):
+            return
+        del block.parts[mark.parts :]
+        block.chars, block.words, block.link_words = mark.chars, mark.words, mark.link_words
+        block.space = mark.space or block.space or " " in text
 
     # blocks
 

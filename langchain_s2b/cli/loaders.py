@@ -4,8 +4,9 @@
 - ``.html``, ``.htm``: one document, the page's text as a reader reads it
   (:mod:`langchain_s2b.cli.html_text`: blocks as paragraphs, inline elements in
   their sentence, headings as Markdown heading lines, navigation, headers,
-  footers and link lists dropped); its ``<title>`` (else its first heading) is
-  its title.
+  footers and link lists dropped; decoded as a browser decodes it,
+  :mod:`langchain_s2b.cli.html_charset`); its ``<title>`` (HTML's, not an SVG's;
+  else its first heading) is its title.
 - ``.pdf``: one document per page (pypdf's text), with ``page`` (from 1) and
   ``pages`` in its metadata.
 - ``.jsonl``: one document per line, ``{"id", "text", ...}`` (other fields become

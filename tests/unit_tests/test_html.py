@@ -6,17 +6,34 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli.commands import main
-from langchain_s2b.cli.loaders import read_documents
+from langchain_s2b.cli.html_charset import decode
+from langchain_s2b.cli.loaders import SkippedFile, read_documents
+from langchain_s2b.core.headers import SectionHeaders
 
 LIBFFI = Path(__file__).parent / "data" / "libffi"
 KOI8 = '<meta http-equiv="Content-Type" content="text/html; charset=koi8-r"><p>мир</p>'.encode(
     "koi8-r"
 )
+NODE_OS = b"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
+<title>OS | Node.js v22.11.0 Documentation</title></head><body><div id="apicontent">
+<h2>OS<span><a class="mark" href="#os" id="os">#</a></span><a aria-hidden="true" class="legacy"
+ id="os_os"></a></h2>
+<p>The <code>node:os</code> module provides operating system-related utility methods.</p>
+<section><h3><code>os.EOL</code><span><a class="mark" href="#oseol" id="oseol">#</a></span><a
+ aria-hidden="true" class="legacy" id="os_os_eol"></a></h3>
+<p>The operating system-specific end-of-line marker.</p></section>
+<h3>Error codes<span><a class="mark" href="#error-codes" id="error-codes">#</a></span><span><a
+ class="mark" href="#ERR_X" id="ERR_X">#</a></span></h3><p>A table of them.</p></div></body></html>
+"""
+"""A page of Node.js's API documentation as its doc tool writes it (v22)."""
 
 
 def page_text(data: bytes) -> tuple[str, str | None]:
@@ -86,6 +103,56 @@ class TestHeadings:
         )
         assert page_text(b"<p>no heading</p>") == ("no heading", None)
 
+    def test_an_svg_title_is_not_the_page_title(self) -> None:
+        icon = "<svg viewBox='0 0 10 10'><title>Menu icon</title><path d='M0 0h10'/></svg>"
+        formula = "<math><title>x squared</title><mi>x</mi></math>"
+        page = f"<html><head></head><body>{icon}<h1>Real title</h1><p>{formula} Body.</p>"
+        assert page_text(page.encode()) == ("# Real title\n\nx Body.", "Real title")
+        headed = f"<html><head><title>Page</title></head><body>{icon}<h1>H</h1><p>x.</p>"
+        assert page_text(headed.encode())[1] == "Page"
+        # after the icon, HTML's own <title> is the page's, as document.title reads it
+        late = f"<html><body>{icon}<p>x.</p><title>Late title</title></body></html>"
+        assert page_text(late.encode()) == ("x.", "Late title")
+
+    def test_a_permalink_mark_is_not_in_the_heading_path(self) -> None:
+        text, title = page_text(NODE_OS)
+        assert title == "OS | Node.js v22.11.0 Documentation"
+        assert text == (
+            "## OS\n\n"
+            "The node:os module provides operating system-related utility methods.\n\n"
+            "### os.EOL\n\n"
+            "The operating system-specific end-of-line marker.\n\n"
+            "### Error codes\n\n"
+            "A table of them."
+        )
+        headers = SectionHeaders(text, {"title": title})
+        at = text.index("The operating system-specific")
+        assert headers.outline.path_at(at) == ("OS", "os.EOL")
+        assert headers.at(at, len(text)) == "OS | Node.js v22.11.0 Documentation > OS > os.EOL"
+
+    @pytest.mark.parametrize(
+        ("heading", "text"),
+        [
+            # Sphinx, MkDocs: a headerlink class; Go's pkgsite, rustdoc: a mark alone
+            ("Install<a class='headerlink' href='#install' title='Link'>¶</a>", "Install"),
+            ("func Open <a class='Documentation-idLink' href='#Open'>¶</a>", "func Open"),
+            ("Examples<a href='#examples' class='anchor'>§</a>", "Examples"),
+            ("<a href='#usage'> 🔗 </a>Usage", "Usage"),
+            ("Usage<a href='#usage' aria-label='Direct link'>\u200b</a>", "Usage"),  # Docusaurus
+            # GitHub: an octicon (an svg) in an anchor, or an empty anchor
+            ("<a class='anchor' href='#setup'><svg><path d='M0'/></svg></a>Setup", "Setup"),
+            ("<a id='user-content-setup' class='anchor' href='#setup'></a>Setup", "Setup"),
+            # a self-link that is the heading's text (MDN) is its text; so is a mark that
+            # links elsewhere, and one that is not alone
+            ("<a href='#syntax'>Syntax</a>", "Syntax"),
+            ("C<a href='other.html'>#</a>", "C#"),
+            ("F<a href='#f'>#1</a>", "F#1"),
+            ("A<a href='#x'> # </a>B", "A B"),
+        ],
+    )
+    def test_permalink_variants(self, heading: str, text: str) -> None:
+        assert text_of(f"<h2>{heading}</h2><p>x.</p>") == f"## {text}\n\nx."
+
 
 class TestChrome:
     def test_nav_header_footer_aside_of_the_page_are_dropped(self) -> None:
@@ -152,6 +219,68 @@ class TestListsPreTables:
         assert text_of(nested + "</tr></table>") == "x | y\n\nz"
 
 
+def whatwg_utf8(data: bytes) -> str:
+    """The WHATWG Encoding standard's UTF-8 decoder step by step, errors as U+FFFD: a reference."""
+    out: list[str] = []
+    code = needed = seen = 0
+    lower, upper = 0x80, 0xBF
+    at = 0
+    while at < len(data):
+        byte = data[at]
+        if needed == 0:
+            at += 1
+            if byte <= 0x7F:
+                out.append(chr(byte))
+            elif 0xC2 <= byte <= 0xDF:
+                needed, code = 1, byte & 0x1F
+            elif 0xE0 <= byte <= 0xEF:
+                lower, upper = (0xA0 if byte == 0xE0 else 0x80), (0x9F if byte == 0xED else 0xBF)
+                needed, code = 2, byte & 0xF
+            elif 0xF0 <= byte <= 0xF4:
+                lower, upper = (0x90 if byte == 0xF0 else 0x80), (0x8F if byte == 0xF4 else 0xBF)
+                needed, code = 3, byte & 0x7
+            else:
+                out.append("\ufffd")
+            continue
+        if not lower <= byte <= upper:  # an error; the byte is read again ("prepend")
+            code = needed = seen = 0
+            lower, upper = 0x80, 0xBF
+            out.append("\ufffd")
+            continue
+        at += 1
+        lower, upper = 0x80, 0xBF
+        code, seen = (code << 6) | (byte & 0x3F), seen + 1
+        if seen == needed:
+            out.append(chr(code))
+            code = needed = seen = 0
+    if needed:
+        out.append("\ufffd")
+    return "".join(out)
+
+
+_CODE_POINT = st.integers(0, 0x10FFFF).map(lambda c: chr(c).encode("utf-8", "surrogatepass"))
+UTF8_PIECES = st.lists(
+    st.one_of(
+        _CODE_POINT,  # whole sequences, surrogates' among them
+        st.tuples(_CODE_POINT, st.integers(1, 3)).map(lambda p: p[0][: p[1]]),  # cut short
+        st.integers(0x80, 0xFF).map(lambda b: bytes([b])),  # a stray byte
+    ),
+    max_size=40,
+).map(b"".join)
+"""Byte strings that are mostly UTF-8's edge cases: sequences whole, cut short, stray bytes."""
+TEXT_PIECES = UTF8_PIECES.map(
+    lambda b: bytes(c for c in b if c > 0x20 and c not in b"<>&")  # no markup, no spaces
+)
+
+
+AS_UTF8 = "café \ufffd\ufffd"
+"""``caf\xc3\xa9 \x81\xe9`` as UTF-8: 0x81 and 0xE9 (before ``<``) are not UTF-8."""
+AS_1252 = "cafÃ© \x81é"
+"""The same bytes as windows-1252 (0x81 is U+0081 in WHATWG's index)."""
+UNDECLARED = AS_1252
+"""Undeclared and not UTF-8: windows-1252."""
+
+
 class TestEncodings:
     @pytest.mark.parametrize(
         ("data", "text"),
@@ -159,21 +288,98 @@ class TestEncodings:
             ("<p>café</p>".encode(), "café"),  # undeclared UTF-8
             ("<meta charset='iso-8859-1'><p>café “q”</p>".encode("cp1252"), "café “q”"),
             (KOI8, "мир"),
-            ("<meta charset='utf-8'><p>café</p>".encode("cp1252"), "café"),  # declared wrongly
+            # declared, not what it declares: the declaration wins, what fails is U+FFFD
+            ("<meta charset='utf-8'><p>café</p>".encode("cp1252"), "caf\ufffd"),
             ("<meta charset='utf-16'><p>café</p>".encode(), "café"),  # as WHATWG says: UTF-8
             ("<meta charset='x-unknown'><p>café</p>".encode(), "café"),
             (b"\xff\xfe" + "<p>café</p>".encode("utf-16-le"), "café"),
             (b"\xef\xbb\xbf<p>caf\xc3\xa9</p>", "café"),
-            (b"<p>caf\xe9 \x81</p>", "café \ufffd"),  # no encoding decodes it all
+            # undeclared, not UTF-8: windows-1252, whose 0x81 is U+0081 in WHATWG's index
+            (b"<p>caf\xe9 \x81</p>", "café \x81"),
+            # single-byte encodings as WHATWG's indexes have them, where Python's tables differ
+            (b"<meta charset=koi8-u><p>\xae\xbe</p>", "\u045e\u040e"),  # KOI8-RU's
+            (b"<meta charset=windows-1255><p>\xca</p>", "\u05ba"),
+            (b"<meta charset=windows-1253><p>\x81\xaa</p>", "\x81\ufffd"),  # 0xAA: none
         ],
     )
     def test_decoded_as_a_browser_would(self, data: bytes, text: str) -> None:
         assert page_text(data)[0] == text
 
-    def test_decode_alone(self) -> None:
-        from langchain_s2b.cli.html_text import decode
+    def test_one_stray_byte_costs_one_character(self) -> None:
+        page = (
+            b'<html><head><meta charset="utf-8"><title>Caf\xc3\xa9s</title></head><body>'
+            b"<p>caf\xc3\xa9 au lait, cr\xc3\xa8me br\xc3\xbbl\xc3\xa9e</p>"
+            b"<p>one stray \xff byte</p></body></html>"
+        )
+        assert page_text(page) == (
+            "café au lait, crème brûlée\n\none stray \ufffd byte",
+            "Cafés",
+        )
 
+    @pytest.mark.parametrize(
+        ("head", "text"),
+        [
+            # WHATWG labels, not Python's: these are UTF-8, windows-1252, windows-1254
+            (b"<meta charset=utf8>", AS_UTF8),
+            (b"<meta charset=' UNICODE-1-1-UTF-8 '>", AS_UTF8),
+            (b"<meta charset=ascii>", AS_1252),
+            (b"<meta charset=latin1>", AS_1252),
+            (b"<meta charset=iso-8859-9>", AS_1252),  # 1254: the same letters here
+            # http-equiv: content's charset counts with the pragma only
+            (b"<meta http-equiv='Content-Type' content='text/html;charset=\"utf-8\"'>", AS_UTF8),
+            (b"<meta content='text/html; charset=utf-8'>", UNDECLARED),
+            # what the prescan skips: comments, other tags' attribute values
+            (b"<!-- <meta charset=utf-8> -->", UNDECLARED),
+            (b"<div title='<meta charset=utf-8>'>", UNDECLARED),
+            # labels browsers do not know are no declaration (Python knows them all)
+            (b"<meta charset=utf-7>", UNDECLARED),
+            (b"<meta charset=base64>", UNDECLARED),
+            (b"<meta charset=rot13>", UNDECLARED),
+            # the first declaration that names an encoding wins
+            (b"<meta charset=nonsense><meta charset=utf-8><meta charset=ascii>", AS_UTF8),
+            # an XML declaration counts where it starts the page, after any <meta>
+            (b"<?xml version='1.0' encoding='UTF-8'?>", AS_UTF8),
+            (b"<?xml version='1.0' encoding='UTF-8'?><meta charset=ascii>", AS_1252),
+            (b" <?xml version='1.0' encoding='UTF-8'?>", UNDECLARED),
+            (b"<meta charset=x-user-defined>", AS_1252),  # a <meta> naming it: 1252
+        ],
+    )
+    def test_declarations_as_whatwg_reads_them(self, head: bytes, text: str) -> None:
+        assert page_text(head + b"<p>caf\xc3\xa9 \x81\xe9</p>")[0] == text
+
+    def test_an_encoding_browsers_refuse_skips_the_file(self) -> None:
+        with pytest.raises(SkippedFile) as raised:
+            page_text(b"<meta charset=' ISO-2022-KR'><p>caf\x1b$)C</p>")
+        assert str(raised.value) == (
+            "not readable HTML (it declares charset 'iso-2022-kr', which browsers refuse to "
+            "decode (WHATWG's replacement encoding); any other charset is read)"
+        )
+
+    @given(body=UTF8_PIECES)
+    def test_any_bytes_declared_utf8_decode_as_a_browser_would(self, body: bytes) -> None:
+        declaration = b'<!DOCTYPE html><meta charset="utf-8">'
+        # Python's "replace" is the standard's decoder (U+FFFD per maximal subpart) ...
+        assert body.decode("utf-8", "replace") == whatwg_utf8(body)
+        # ... and a page declared UTF-8 is decoded by it, whatever its bytes
+        assert decode(declaration + body) == whatwg_utf8(declaration + body)
+
+    @given(body=TEXT_PIECES)
+    def test_the_text_of_a_page_declared_utf8_is_its_bytes_as_a_browser_reads_them(
+        self, body: bytes
+    ) -> None:
+        page = b'<html><head><meta charset="utf-8"></head><body><p>' + body + b"</p></body></html>"
+        assert page_text(page)[0] == whatwg_utf8(body)
+
+    def test_the_standards_example_of_maximal_subparts(self) -> None:
+        # Unicode 15, table 3-8: one U+FFFD for each maximal subpart of an ill-formed sequence
+        data = b"\x61\xf1\x80\x80\xe1\x80\xc2\x62\x80\x63\x80\xbf\x64"
+        expected = "a\ufffd\ufffd\ufffdb\ufffdc\ufffd\ufffdd"
+        assert whatwg_utf8(data) == expected
+        assert decode(b"<meta charset=utf-8>" + data) == "<meta charset=utf-8>" + expected
+
+    def test_decode_alone(self) -> None:
         assert decode(b"\xfe\xff\x00a") == "a"
+        assert decode(b"<\x00?\x00x\x00m\x00") == "<?xm"  # UTF-16 without a BOM, as WHATWG says
 
 
 class TestHostile:
@@ -244,15 +450,18 @@ def fake_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cli.EMBEDDING_ENV, "fake")
 
 
-def _query(capsys: pytest.CaptureFixture[str], store: Path, question: str) -> list[dict]:
+def _query(capsys: pytest.CaptureFixture[str], store: Path, question: str) -> list[dict[str, Any]]:
     argv = ["query", question, "--store", str(store), "--json", "-k", "3", "--mode", "parent"]
     assert main(argv) == 0  # parent mode: the sections of the pages
-    return json.loads(capsys.readouterr().out)["results"]
+    results: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["results"]
+    return results
 
 
 @pytest.mark.usefixtures("fake_embedding")
 class TestIndexAndQuery:
-    def test_a_manual_is_indexed_as_read(self, tmp_path: Path, capsys) -> None:
+    def test_a_manual_is_indexed_as_read(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         docs, store = tmp_path / "docs", tmp_path / "s"
         shutil.copytree(LIBFFI, docs)
         (docs / "README.md").unlink()
@@ -280,3 +489,22 @@ class TestIndexAndQuery:
         results = _query(capsys, store, "What does FFI stand for?")
         assert Path(results[0]["metadata"]["source"]).name == "Introduction.html"
         assert results[0]["text"].startswith("## 1 What is libffi?\n\nCompilers for high level")
+
+    def test_the_shown_section_path_has_no_permalink_marks(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        docs, store = tmp_path / "docs", tmp_path / "s"
+        docs.mkdir()
+        (docs / "os.html").write_bytes(NODE_OS)
+        assert main(["index", str(docs), "--store", str(store), "--headers"]) == 0
+        capsys.readouterr()
+        argv = ["query", "end-of-line marker", "--store", str(store), "-k", "1"]
+        assert main([*argv, "--json"]) == 0
+        (result,) = json.loads(capsys.readouterr().out)["results"]
+        best = max(result["metadata"]["matches"], key=lambda m: m["fused_score"])
+        base = result["metadata"]["start"]
+        found = result["text"][best["start"] - base : best["end"] - base].strip()
+        assert found == "The operating system-specific end-of-line marker."
+        assert result["heading"] == "OS | Node.js v22.11.0 Documentation > OS > os.EOL"
+        assert main(argv) == 0  # not a terminal: plain text
+        assert "§ OS | Node.js v22.11.0 Documentation > OS > os.EOL  [" in capsys.readouterr().out
