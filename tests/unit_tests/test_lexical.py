@@ -111,6 +111,18 @@ class TestLexicalIndex:
         assert sorted(p.name for p in (tmp_path / "lex").iterdir()) == saved
         assert LexicalIndex.load(tmp_path / "lex").keys() == {"s/0", "s/1", "s/2", "s/3"}
 
+    def test_equal_scores_at_the_cut_are_taken_by_key_not_by_tantivy(self) -> None:
+        """Issue 33 (found by the wide-tie differential tests): 150 equal leaves, the 100
+        best are the first 100 keys, not the 100 tantivy happened to return first."""
+        index = LexicalIndex()
+        keys = [f"s/{i}" for i in range(150)]  # by key: s/0, s/1, s/10, s/100, ...
+        index.add([leaf(key, "All rights reserved.") for key in keys])
+        index.add([leaf("t/0", "Rights reserved, rights reserved.")])  # scores higher
+        found = index.search("rights reserved", 100)
+        assert [k for k, _ in found] == ["t/0", *sorted(keys)[:99]]
+        kept = index.search("rights", 50, keep=lambda key, _: not key.endswith("0"))
+        assert [k for k, _ in kept] == sorted(k for k in keys if not k.endswith("0"))[:50]
+
     def test_text_that_is_not_valid_unicode_is_indexed(self) -> None:
         index = LexicalIndex()
         index.add([leaf("s/9", "bad \ud800 surrogate")])
