@@ -206,9 +206,9 @@ class LexicalIndex:
     ) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key).
 
-        Ties by key whatever tantivy's own order of equal scores: while the
-        ``n``-th score is the lowest tantivy returned, equal ones may lie past
-        it, so the search goes deeper.
+        Ties by key whatever tantivy's own order of equal scores: it is asked
+        for one more than it must return, and while the ``n``-th score is still
+        the lowest it returned, equal ones may lie past it, so it goes deeper.
 
         Args:
             query: the query text.
@@ -235,7 +235,7 @@ class LexicalIndex:
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0)),
                 ]
             )
-        depth = n
+        depth = n + 1
         while True:
             with engine_errors():
                 searcher = self._index.searcher()

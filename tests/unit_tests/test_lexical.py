@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -66,6 +67,23 @@ CORPUS = [
 ]
 
 
+class _Searches:
+    """A tantivy index whose searchers are counted."""
+
+    def __init__(self, index: Any) -> None:
+        self.index, self.n = index, 0
+
+    def searcher(self) -> Any:
+        self.n += 1
+        return self.index.searcher()
+
+
+def _count_searches(index: LexicalIndex) -> _Searches:
+    counting = _Searches(index._index)
+    index._index = counting
+    return counting
+
+
 class TestLexicalIndex:
     def test_terms_split_like_the_index(self) -> None:
         assert query_terms("Who was ROLLO, the Norman_king? who") == [
@@ -118,8 +136,13 @@ class TestLexicalIndex:
         keys = [f"s/{i}" for i in range(150)]  # by key: s/0, s/1, s/10, s/100, ...
         index.add([leaf(key, "All rights reserved.") for key in keys])
         index.add([leaf("t/0", "Rights reserved, rights reserved.")])  # scores higher
+        searches = _count_searches(index)
         found = index.search("rights reserved", 100)
         assert [k for k, _ in found] == ["t/0", *sorted(keys)[:99]]
+        assert searches.n == 2  # 101 deep: the 100th ties the 101st; 202 deep: all 151
+        searches.n = 0
+        assert index.search("rights reserved", 1) == [found[0]]
+        assert searches.n == 1  # 2 deep: the 1st scores above the 2nd
         kept = index.search("rights", 50, keep=lambda key, _: not key.endswith("0"))
         assert [k for k, _ in kept] == sorted(k for k in keys if not k.endswith("0"))[:50]
 
