@@ -87,7 +87,9 @@ def _notices(make: Any, mode: str) -> SmallToBigRetriever:
 def _whole(mode: str, i: int) -> dict[str, Any]:
     """Document ``i`` whole (30 characters: 8 tokens), its one match its second sentence."""
     leaf = "child" if mode == "parent" else "sentence"
+    node = {"parent": f"d{i:03d}/parent/0", "multilevel": f"d{i:03d}/paragraph/0"}
     return {
+        "id": node.get(mode),
         "text": f"Note {i:03d}. {RIGHTS}",
         "source_id": f"d{i:03d}",
         "start": 0,
@@ -100,6 +102,7 @@ def _whole(mode: str, i: int) -> dict[str, Any]:
 def _seen(doc: Document) -> dict[str, Any]:
     meta = doc.metadata
     return {
+        "id": doc.id,
         "text": doc.page_content,
         "source_id": meta["source_id"],
         "start": meta["start"],
@@ -133,6 +136,7 @@ def test_a_tie_wider_than_the_search_returns_what_fits(name: str, mode: str) -> 
     if mode == "pack":
         alone = [
             {
+                "id": None,
                 "text": RIGHTS,
                 "source_id": f"d{i:03d}",
                 "start": 10,
@@ -218,7 +222,7 @@ def wide_cases(draw: st.DrawFn, mode: str) -> Case:
     )
 
 
-WIDE = settings(max_examples=max(30, settings.default.max_examples // 5))
+WIDE = settings(max_examples=max(30, settings().max_examples // 5))
 """Each case indexes hundreds of children: a fifth of the other differential tests' examples
 (100 under the "ci" profile), at least 30."""
 
