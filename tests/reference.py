@@ -17,8 +17,9 @@ The contract, written once here:
   cut counts with its score); a hit's relevance is its z-score on it
   (no spread: 0). With hybrid search, BM25 (from its formula, over every leaf
   of the index, with the library's analyser) ranks the leaves that pass the
-  filter; its 100 best join the dense hits (a leaf only BM25 found gets its
-  cosine from the index), the fused score is ``z + 0.3 z(BM25)`` (BM25's
+  filter; its 100 best (equal scores by key) join the dense hits (a leaf only
+  BM25 found gets its cosine from the index), the fused score is
+  ``z + 0.3 z(BM25)`` (BM25's
   z-scores over its own list; a leaf it did not return gets its lowest), the
   hits rank by it (ties: the dense order, then BM25's), and the relevance is
   its z-score on the scale of the first 100 fused scores. ``fused_score`` on
@@ -439,7 +440,7 @@ def z_of(scores: list[float]) -> Callable[[float], float]:
 
 
 def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
-    ranked = sorted(oracle(depth), key=lambda h: h.order)  # exact index: every child
+    ranked = sorted(oracle(depth), key=lambda h: h.order)  # every child (an exact index)
     hits, exhausted = settle(ranked, depth)
     hits = sorted(hits, key=lambda h: h.order)
     z = z_of([h.score for h in ranked[: min(depth, STATS_DEPTH)]])  # a left-out tie counts
