@@ -19,8 +19,8 @@ The contract, written once here:
   of the index, with the library's analyser) ranks the leaves that pass the
   filter; its 100 best (equal scores by key) join the dense hits (a leaf only
   BM25 found gets its cosine from the index), the fused score is
-  ``z + 0.3 z(BM25)`` (BM25's
-  z-scores over its own list; a leaf it did not return gets its lowest), the
+  ``z + 0.3 z(BM25)`` (BM25's z-scores over its own list; a leaf it did not
+  return gets its lowest), the
   hits rank by it (ties: the dense order, then BM25's), and the relevance is
   its z-score on the scale of the first 100 fused scores. ``fused_score`` on
   each result (its best match's) and match is the fused score. The
