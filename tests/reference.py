@@ -17,9 +17,10 @@ The contract, written once here:
   cut counts with its score); a hit's relevance is its z-score on it
   (no spread: 0). With hybrid search, BM25 (from its formula, over every leaf
   of the index, with the library's analyser) ranks the leaves that pass the
-  filter; its 100 best join the dense hits (a leaf only BM25 found gets its
-  cosine from the index), the fused score is ``z + 0.3 z(BM25)`` (BM25's
-  z-scores over its own list; a leaf it did not return gets its lowest), the
+  filter; its 100 best (equal scores by key) join the dense hits (a leaf only
+  BM25 found gets its cosine from the index), the fused score is
+  ``z + 0.3 z(BM25)`` (BM25's z-scores over its own list; a leaf it did not
+  return gets its lowest), the
   hits rank by it (ties: the dense order, then BM25's), and the relevance is
   its z-score on the scale of the first 100 fused scores. ``fused_score`` on
   each result (its best match's) and match is the fused score. The
@@ -36,8 +37,12 @@ The contract, written once here:
   and doubles until the mode has ``k`` results, or, with ``k=None`` (only
   under a budget; without one it means 4), until no child left out could be
   evidence (one scoring above 0 whose dense z-score, plus under hybrid search
-  0.3 times BM25's lowest z, on the relevance scale, reaches the bar), or the
-  search is exhausted.
+  0.3 times BM25's lowest z, on the relevance scale, reaches the bar: the best
+  relevance of the hits and of that child, less ``margin``), or the search is
+  exhausted. The best child left out is read from every child: a group of
+  equal scores the cut left out has its own score, and when it is wider than
+  the search (no hit at all), it is the best there is and the search goes on;
+  else the last hit's score bounds what the search did not see.
 * **Headers** (``contextual_headers=True``). A leaf's header is its source's
   title (its ``title`` metadata, else its first Markdown heading) and the
   headings in force where its first non-space character is (a heading of level
@@ -440,14 +445,19 @@ def z_of(scores: list[float]) -> Callable[[float], float]:
 
 
 def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
-    ranked = sorted(oracle(depth), key=lambda h: h.order)
+    ranked = sorted(oracle(depth), key=lambda h: h.order)  # every child (an exact index)
     hits, exhausted = settle(ranked, depth)
     hits = sorted(hits, key=lambda h: h.order)
     z = z_of([h.score for h in ranked[: min(depth, STATS_DEPTH)]])  # a left-out tie counts
     last: float | None = None
     if not exhausted:
-        tied = ranked[depth - 1].score if len(hits) < depth else None
-        last = tied if tied is not None else hits[-1].score
+        # The best child left out, read from every child: the search kept a prefix of the
+        # ranking, so the first child after it is the best left out. When the cut left out a
+        # group of equal scores, that is the group's own score (however wide the group: it
+        # may hold every child the search could have returned); else the search cannot see
+        # past its last hit, so that hit's score bounds the rest.
+        left_out = ranked[len(hits)]
+        last = left_out.score if left_out.score == ranked[depth - 1].score else hits[-1].score
     if s.lexical is None:
         relevance = {h.node.key: z(h.score) for h in hits}
         bound = None if last is None or last <= 0 else z(last)
@@ -622,7 +632,7 @@ def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
         if s.count is not None:
             if len(units) >= s.count:
                 break
-        elif r.bound is None or not r.relevance or r.bound < max(r.relevance.values()) - s.margin:
+        elif not deeper_may_hold_evidence(r, s):
             break
         depth *= 2
     chosen = choose(units, r, s)
@@ -640,6 +650,19 @@ def retrieve(mode: str, oracle: Oracle, s: Settings) -> list[Document]:
                     m[name] = scores[m["key"]]
                 doc.metadata[name] = max(m[name] for m in matches)
     return docs
+
+
+def deeper_may_hold_evidence(r: Ranking, s: Settings) -> bool:
+    """Whether a child the search left out could be evidence (``k=None``).
+
+    It could when one scoring above 0 (``bound`` is set) may be within
+    ``margin`` of the best relevance of the hits *and of itself*: when the
+    search returned no hit at all (a group of equal scores wider than the
+    search, left out whole), the best child left out is the best there is.
+    """
+    if r.bound is None:
+        return False
+    return r.bound >= max([*r.relevance.values(), r.bound]) - s.margin
 
 
 def choose(units: list[Unit], r: Ranking, s: Settings) -> list[Unit]:

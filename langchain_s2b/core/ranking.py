@@ -128,11 +128,13 @@ def may_hold_evidence(ranking: Ranked, margin: float) -> bool:
     Such a child's dense score is at most :attr:`Ranked.last`; it must be above
     0, and its relevance (at most :attr:`Ranked.bound`: its dense z-score, plus
     under hybrid search the weighted lowest lexical z, since the BM25 list
-    already holds every leaf it ranks) within ``margin`` of the best.
+    already holds every leaf it ranks) within ``margin`` of the best, itself
+    included: with no hit at all (a group of equal scores wider than the
+    search left out whole), the best child left out is the best there is.
     """
-    if ranking.exhausted or ranking.bound is None or not ranking.relevance:
+    if ranking.exhausted or ranking.bound is None:
         return False
-    return ranking.bound >= cut(ranking.relevance, margin)
+    return not ranking.relevance or ranking.bound >= cut(ranking.relevance, margin)
 
 
 class RerankerError(ValueError):

@@ -206,6 +206,10 @@ class LexicalIndex:
     ) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key).
 
+        Ties by key whatever tantivy's own order of equal scores: it is asked
+        for one more than it must return, and while the ``n``-th score is still
+        the lowest it returned, equal ones may lie past it, so it goes deeper.
+
         Args:
             query: the query text.
             n: how many.
@@ -231,7 +235,7 @@ class LexicalIndex:
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0)),
                 ]
             )
-        depth = n
+        depth = n + 1
         while True:
             with engine_errors():
                 searcher = self._index.searcher()
@@ -241,10 +245,13 @@ class LexicalIndex:
                     doc = searcher.doc(address)
                     hits.append((str(doc[_KEY][0]), float(score), _meta_of(doc)))
             pairs = [(key, score) for key, score, meta in hits if keep is None or keep(key, meta)]
-            if len(pairs) >= n or len(found) < depth:
-                break
+            pairs.sort(key=lambda pair: (-pair[1], pair[0]))
+            if len(found) < depth:
+                break  # every match returned
+            if len(pairs) >= n and pairs[n - 1][1] > min(score for score, _ in found):
+                break  # the n-th scores above every leaf left out: no tie at the cut
             depth *= 2
-        return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:n]
+        return pairs[:n]
 
     def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
         """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key.

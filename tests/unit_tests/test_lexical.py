@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -66,6 +67,23 @@ CORPUS = [
 ]
 
 
+class _Searches:
+    """A tantivy index whose searchers are counted."""
+
+    def __init__(self, index: Any) -> None:
+        self.index, self.n = index, 0
+
+    def searcher(self) -> Any:
+        self.n += 1
+        return self.index.searcher()
+
+
+def _count_searches(index: LexicalIndex) -> _Searches:
+    counting = _Searches(index._index)
+    index._index = counting
+    return counting
+
+
 class TestLexicalIndex:
     def test_terms_split_like_the_index(self) -> None:
         assert query_terms("Who was ROLLO, the Norman_king? who") == [
@@ -110,6 +128,23 @@ class TestLexicalIndex:
         loaded.delete(["s/2"])
         assert sorted(p.name for p in (tmp_path / "lex").iterdir()) == saved
         assert LexicalIndex.load(tmp_path / "lex").keys() == {"s/0", "s/1", "s/2", "s/3"}
+
+    def test_equal_scores_at_the_cut_are_taken_by_key_not_by_tantivy(self) -> None:
+        """Issue 33 (found by the wide-tie differential tests): 150 equal leaves, the 100
+        best are the first 100 keys, not the 100 tantivy happened to return first."""
+        index = LexicalIndex()
+        keys = [f"s/{i}" for i in range(150)]  # by key: s/0, s/1, s/10, s/100, ...
+        index.add([leaf(key, "All rights reserved.") for key in keys])
+        index.add([leaf("t/0", "Rights reserved, rights reserved.")])  # scores higher
+        searches = _count_searches(index)
+        found = index.search("rights reserved", 100)
+        assert [k for k, _ in found] == ["t/0", *sorted(keys)[:99]]
+        assert searches.n == 2  # 101 deep: the 100th ties the 101st; 202 deep: all 151
+        searches.n = 0
+        assert index.search("rights reserved", 1) == [found[0]]
+        assert searches.n == 1  # 2 deep: the 1st scores above the 2nd
+        kept = index.search("rights", 50, keep=lambda key, _: not key.endswith("0"))
+        assert [k for k, _ in kept] == sorted(k for k in keys if not k.endswith("0"))[:50]
 
     def test_text_that_is_not_valid_unicode_is_indexed(self) -> None:
         index = LexicalIndex()
