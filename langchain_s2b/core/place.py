@@ -32,11 +32,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from langchain_core.documents import Document
+
 from langchain_s2b.core.budget import TokenCounter
 from langchain_s2b.core.ceiling import RING, Bounds, Cut, Leaves
 from langchain_s2b.core.hits import Hit
-from langchain_s2b.core.keys import base_source_key
-from langchain_s2b.core.merge import Chunk, merge_chunks
+from langchain_s2b.core.keys import base_source_key, level_prefix
+from langchain_s2b.core.merge import Chunk, chunk_of, merge_chunks
 from langchain_s2b.core.requests import Fetch, Op, ask
 from langchain_s2b.core.splitters import SentenceSplitter
 from langchain_s2b.core.tree import tile
@@ -92,9 +94,20 @@ def read_around(slots: Sequence[Slot], sources: dict[str, Leaves], radius: int =
     if wanted:
         keys = list(wanted)
         values = yield from ask(Fetch(keys))
-        fetched = dict(zip(keys, values, strict=True))
-        for leaves in sources.values():
-            leaves.read(fetched)
+        read_into(sources, dict(zip(keys, values, strict=True)))
+
+
+def read_into(sources: Mapping[str, Leaves], fetched: Mapping[str, Document | None]) -> None:
+    """Hand each fetched leaf to the leaves of its source: one pass over the fetch."""
+    by_prefix = {
+        level_prefix(leaves.source_key, leaves.level): leaves for leaves in sources.values()
+    }
+    for key, doc in fetched.items():
+        head, _, split = key.rpartition("/")
+        leaves = by_prefix.get(head + "/")
+        if leaves is not None and split.isdigit():
+            number = int(split)
+            leaves.known[number] = None if doc is None else chunk_of(doc)._replace(split_id=number)
 
 
 def leaves_of(slot: Slot, sources: dict[str, Leaves]) -> Leaves:
@@ -222,7 +235,7 @@ def _read_more(slot: Slot, split: int, leaves: Leaves) -> Op[None]:
         if not keys:
             return
         values = yield from ask(Fetch(keys))
-        leaves.read(dict(zip(keys, values, strict=True)))
+        read_into({"": leaves}, dict(zip(keys, values, strict=True)))
         radius *= 2
 
 

@@ -36,6 +36,7 @@ from langchain_s2b.core.place import (
     pays,
     placed,
     read_around,
+    read_into,
     seed,
     sentence_slot,
 )
@@ -196,7 +197,8 @@ def ceiling(
     ]
     sources: dict[str, Leaves] = {}
     for slot in slots:
-        leaves_of(slot, sources).read(fetched)  # a window's leaves: fetched already
+        leaves_of(slot, sources)
+    read_into(sources, fetched)  # a window's leaves: fetched already
     reach = max(params.before, params.after, 1)
     yield from read_around(slots, sources, PARENT_READ if mode == "parent" else max(RING, reach))
     fine = (
