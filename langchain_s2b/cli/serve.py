@@ -435,11 +435,16 @@ def build_server(
                     f"at most {MAX_K})"
                 ),
                 json_schema_extra={"minimum": 1, "maximum": MAX_K},
+                strict=True,  # an integer: not true, not "3"
             ),
         ] = None,
         max_tokens: Annotated[
             int | None,
-            Field(description="a ceiling on all contexts", json_schema_extra={"minimum": 1}),
+            Field(
+                description="a ceiling on all contexts",
+                json_schema_extra={"minimum": 1},
+                strict=True,
+            ),
         ] = None,
         filter: Annotated[
             dict[str, Any] | None, Field(description='metadata filter, e.g. {"source": "/a.md"}')
@@ -459,13 +464,19 @@ def build_server(
     async def read(
         source: Annotated[str, Field(description="a source id, as search names it")],
         start: Annotated[
-            int, Field(description="first character (0-based)", json_schema_extra={"minimum": 0})
+            int,
+            Field(
+                description="first character (0-based)",
+                json_schema_extra={"minimum": 0},
+                strict=True,
+            ),
         ] = 0,
         end: Annotated[
             int | None,
             Field(
                 description="end, exclusive (default: the end of the source)",
                 json_schema_extra={"minimum": 0},
+                strict=True,
             ),
         ] = None,
         max_tokens: Annotated[
@@ -473,6 +484,7 @@ def build_server(
             Field(
                 description=f"at most this many tokens (default {READ_TOKENS})",
                 json_schema_extra={"minimum": 1},
+                strict=True,
             ),
         ] = READ_TOKENS,
     ) -> Annotated[CallToolResult, ReadResult]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from langchain_core.documents import Document
+from mcp.types import CallToolResult
 from pydantic import BaseModel, ValidationError
 
 from langchain_s2b.cli import commands as cli
@@ -512,3 +513,38 @@ def test_a_search_without_k_or_mode_packs_as_many_as_fit() -> None:
     assert (options["mode"], options["k"], options["max_tokens"]) == ("pack", None, 300)
     result = serve.search_result("q", options, [])
     assert (result.mode, result.k, result.max_tokens, result.contexts) == ("pack", None, 300, [])
+
+
+async def test_integer_arguments_are_integers_not_booleans_nor_strings(store: Path) -> None:
+    """The schema says integer: ``true`` (a bool) and ``"3"`` are refused, not read as 1 and 3."""
+    from mcp.server.fastmcp.exceptions import ToolError
+
+    server = serve.build_server(LiveStore(store))
+    bad = [
+        ("search", {"query": "Rollo", "k": True}),
+        ("search", {"query": "Rollo", "k": "3"}),
+        ("search", {"query": "Rollo", "k": 2.5}),
+        ("search", {"query": "Rollo", "max_tokens": "30"}),
+        ("read", {"source": "x", "start": False}),
+        ("read", {"source": "x", "end": "3"}),
+        ("read", {"source": "x", "max_tokens": True}),
+    ]
+    errors = []
+    for name, arguments in bad:
+        with pytest.raises(ToolError) as caught:
+            await server.call_tool(name, arguments)
+        errors.append(str(caught.value))
+    assert errors == [
+        "search: k: Input should be a valid integer; got True",
+        "search: k: Input should be a valid integer; got '3'",
+        "search: k: Input should be a valid integer; got 2.5",
+        "search: max_tokens: Input should be a valid integer; got '30'",
+        "read: start: Input should be a valid integer; got False",
+        "read: end: Input should be a valid integer; got '3'",
+        "read: max_tokens: Input should be a valid integer; got True",
+    ]
+    found = await server.call_tool("search", {"query": "Rollo", "k": 1, "mode": "parent"})
+    assert isinstance(found, CallToolResult)
+    assert [c["source"] for c in found.structuredContent["contexts"]] == [
+        str(store.parent / "corpus" / "normans.md")
+    ]
