@@ -261,7 +261,11 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
-    """``s2b delete PATH... --store DIR``: remove files (or every file under folders)."""
+    """``s2b delete PATH... --store DIR``: remove files (or every file under folders).
+
+    All or nothing: when a path names nothing in the index, nothing is deleted
+    and one line names every such path (as ``git rm`` does).
+    """
     directory = Path(args.store)
     with writer_lock(directory, wait=not args.no_wait):
         store = open_store(directory, wanted_embedding(args), search=False, writer=True)
@@ -273,7 +277,14 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
                 hits = _indexed_under(raw, rows)
                 chosen.update((p, rows[p]) for p in hits)
                 if not hits:
-                    missing.append(raw)
+                    missing.append(shown_name(raw))
+            if missing:
+                are = "is" if len(missing) == 1 else "are"
+                msg = (
+                    f"{', '.join(missing)} {are} not in the index (see s2b list); "
+                    "nothing was deleted"
+                )
+                raise UserError(msg)
             kept = {s for p, r in rows.items() if p not in chosen for s in r.sources}
             sources = [s for r in chosen.values() for s in r.sources if s not in kept]
             with store.db.write():
@@ -290,12 +301,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
         one_line(f"deleted {len(chosen)} file(s) ({len(sources)} document(s)) from {directory}"),
         file=out,
     )
-    for raw in missing:
-        print(
-            one_line(f"s2b: error: {shown_name(raw)} is not in the index (see s2b list)"),
-            file=sys.stderr,
-        )
-    return 1 if missing else 0
+    return 0
 
 
 def _indexed_under(raw: str, rows: dict[str, Any]) -> list[str]:

@@ -117,7 +117,7 @@ def every_command(template: Path, store: Path) -> None:
         if (
             argv[0] == "delete"
             and code == 1
-            and err.endswith("is not in the index (see s2b list)\n")
+            and err.endswith("is not in the index (see s2b list); nothing was deleted\n")
         ):
             continue  # the documented answer for a path the index does not hold
         one_line_or_works(argv, code, err)
