@@ -358,6 +358,27 @@ class TestTheDatabaseFile:
         assert (code, out.splitlines()[-1], err) == (0, "ok", "")
         _marker_texts(template, store)
 
+    def test_two_repairs_in_one_second_keep_both_damaged_files(
+        self, store: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The damaged copy's name has one-second resolution: the second one is ``-2``."""
+        import time
+
+        monkeypatch.setattr(time, "strftime", lambda _format: "20260102T030405")
+        database = store / "s2b.sqlite"
+        damaged = []
+        for byte in (200, 100):
+            raw = bytearray(database.read_bytes())
+            raw[0:16] = bytes([byte] * 16)
+            database.write_bytes(bytes(raw))
+            damaged.append(bytes(raw))
+            code, _, err = run("verify", "--repair", "--store", str(store))
+            assert (code, err) == (0, "")
+        first = store / "s2b.sqlite.damaged-20260102T030405"
+        second = store / "s2b.sqlite.damaged-20260102T030405-2"
+        assert sorted(store.glob("s2b.sqlite.damaged-*")) == [first, second]
+        assert [first.read_bytes(), second.read_bytes()] == damaged
+
     def test_without_its_listing_the_repair_says_why_it_can_not(self, store: Path) -> None:
         database = store / "s2b.sqlite"
         raw = bytearray(database.read_bytes())
