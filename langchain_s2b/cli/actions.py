@@ -379,14 +379,16 @@ def _report_health(
         )
     if found.unrecorded:
         print(
-            "the FAISS index file has no digest yet (an older store): "
-            "the next s2b index or verify --repair records it",
+            "the FAISS index file has no recorded digest: the run that wrote it could not "
+            "record it (another run was writing, or the disk was full), or an older s2b wrote "
+            "it; the next s2b index or verify --repair records it",
             file=out,
         )
-    if found.unlisted:
+    if found.unlisted:  # each writer writes it at its end, best effort: a full disk leaves none
         print(
-            f"no {directory / LISTING_FILE} yet (an older store): "
-            "the next s2b index or verify --repair writes it",
+            f"no {directory / LISTING_FILE}: the last run that wrote the store could not write "
+            "it (a full disk?), or an older s2b made the store; the next s2b index or verify "
+            "--repair writes it",
             file=out,
         )
 

@@ -275,10 +275,12 @@ class TestTheFaissFile:
         code, out, err = run("verify", "--store", str(store))
         assert (code, err) == (0, "")
         assert out.splitlines()[1:] == [
-            "the FAISS index file has no digest yet (an older store): the next s2b index or "
-            "verify --repair records it",
-            f"no {store / 's2b.json'} yet (an older store): the next s2b index or verify "
-            "--repair writes it",
+            "the FAISS index file has no recorded digest: the run that wrote it could not "
+            "record it (another run was writing, or the disk was full), or an older s2b wrote "
+            "it; the next s2b index or verify --repair records it",
+            f"no {store / 's2b.json'}: the last run that wrote the store could not write it (a "
+            "full disk?), or an older s2b made the store; the next s2b index or verify --repair "
+            "writes it",
             "ok",
         ]
         _marker_texts(template, store)

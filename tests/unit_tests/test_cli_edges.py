@@ -7,6 +7,7 @@ hostile names and damaged files are made here, in ``tmp_path``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -542,6 +543,32 @@ class TestDiskFull:
             "was kept; free some space and run the command again\n"
         )
         assert _tables(store) == before
+
+    def test_a_new_store_whose_first_run_filled_the_disk_is_not_called_older(
+        self, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first run committed vectors, then the disk filled: no ``s2b.json`` was written."""
+        from langchain_s2b.cli import folder, indexer
+
+        docs, store = tmp_path / "docs", tmp_path / "s"
+        docs.mkdir()
+        (docs / "a.md").write_text("# T\n\nThe Normans gave their name to Normandy.\n")
+
+        def full(*_: Any, **__: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(indexer, "_write", full)
+        monkeypatch.setattr(folder, "write_text_atomic", full)
+        assert _run(capsys, "index", str(docs), "--store", str(store))[0] == 1
+        monkeypatch.undo()
+        assert _run(capsys, "verify", "--store", str(store)) == (
+            0,
+            "0 file(s), 0 document(s), 0 chunk(s), 2 vector(s), 0 node(s)\n"
+            f"no {store / 's2b.json'}: the last run that wrote the store could not write it (a "
+            "full disk?), or an older s2b made the store; the next s2b index or verify --repair "
+            "writes it\nok\n",
+            "",
+        )
 
     def test_a_store_on_a_full_disk_is_not_called_something_else(
         self, guide_store: tuple[Path, Path], capsys, monkeypatch: pytest.MonkeyPatch
