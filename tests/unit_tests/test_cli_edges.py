@@ -726,6 +726,34 @@ class TestFirstHour:
         assert "--group" not in demo
         assert "stores" not in demo
 
+    def test_the_retriever_docstring_installs_from_a_clone(self) -> None:
+        from langchain_s2b import SmallToBigRetriever
+
+        doc = SmallToBigRetriever.__doc__ or ""
+        assert 'pip install -e ".[local]"  # in a clone of the repository (not on PyPI)' in doc
+        assert "pip install -U" not in doc
+
+    def test_the_readme_context_model_snippet_imports_every_name_it_uses(self) -> None:
+        """Every name the snippet reads is imported or assigned in it (or a builtin)."""
+        import ast
+        import builtins
+
+        readme = (ROOT / "README.md").read_text()
+        (snippet,) = [
+            block.split("```")[0]
+            for block in readme.split("```python\n")[1:]
+            if "context_model=ChatAnthropic" in block.split("```")[0]
+        ]
+        tree = ast.parse(snippet)
+        bound = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 for a in n.names}  # fmt: skip
+        bound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)}  # fmt: skip
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Load)}  # fmt: skip
+        assert sorted(read - bound - set(dir(builtins))) == []
+        assert bound >= {"ChatAnthropic", "LocalFileStore", "SmallToBigRetriever", "docs"}
+
     def test_list_json_has_the_model_and_the_size(
         self, guide_store: tuple[Path, Path], capsys
     ) -> None:
