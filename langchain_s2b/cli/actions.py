@@ -564,17 +564,17 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             rows[mode] = retriever.model_copy(update={"mode": mode})
         reports = []
         budgets = tuple(args.budgets or evaluation.BUDGETS)
-        bar = progress.bar(len(questions) * len(rows), "question", "evaluating")
-        try:
-            for name, row in rows.items():
+        for n, (name, row) in enumerate(rows.items(), 1):  # each row counts the questions
+            bar = progress.bar(len(questions), "question", f"evaluating {n}/{len(rows)}: {name}")
+            try:
                 reports.append(
                     evaluation.evaluate(
                         row, questions, name=name, k=args.k, budgets=budgets,
                         token_counter=TOKEN_COUNTERS[args.token_counter], progress=bar.update,
                     )
                 )  # fmt: skip
-        finally:
-            bar.close()
+            finally:
+                bar.close()
     if args.json:
         fields = ("name", "k", "n", "hit_rate", "answer_rate", "evidence_recall", "mean_tokens")
         data = [{f: getattr(r, f) for f in fields} | {"hit_at": r.hit_at} for r in reports]

@@ -806,6 +806,31 @@ class TestFirstHour:
             "(e.g. doc_id 'sq2-Normans'); they score 0\n",
         )
 
+    def test_eval_progress_counts_questions_row_by_row(
+        self, guide_store: tuple[Path, Path], tmp_path: Path, capsys, monkeypatch
+    ) -> None:
+        """``--limit 2`` over 2 modes: each row counts to 2 questions (not one count to 6)."""
+        docs, store = guide_store
+        rows = [
+            {"id": f"q{i}", "question": "What is small?", "answers": ["chunks"],
+             "doc_id": str(docs / "guide.md"), "evidence": [{"start": 0, "end": 24}]}
+            for i in range(3)
+        ]  # fmt: skip
+        questions = tmp_path / "q.jsonl"
+        questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        monkeypatch.setattr(progress, "EVERY", 0.0)  # a line at every step
+        argv = ["eval", "--store", str(store), "--questions", str(questions), "--limit", "2"]
+        code, _, err = _run(capsys, *argv, "--modes", "parent,window")
+        steps = [re.sub(r"\d+:\d\d elapsed", "T elapsed", line) for line in err.splitlines()]
+        assert (code, steps) == (
+            0,
+            [
+                f"s2b: evaluating {n}/3: {row}: {i}/2 question(s) ({50 * i}%), T elapsed"
+                for n, row in enumerate(("sentences (plain chunks)", "parent", "window"), 1)
+                for i in (1, 2)
+            ],
+        )
+
     @pytest.mark.parametrize(
         ("extra", "message"),
         [
