@@ -99,6 +99,9 @@ class Context(BaseModel):
     start: int = Field(description="first character of the context in its source")
     end: int = Field(description="end of the context in its source (exclusive)")
     score: float | None = Field(default=None, description="cosine similarity of its best match")
+    fused_score: float | None = Field(
+        default=None, description="its best match's hybrid score: what ranks the contexts"
+    )
     mode: str | None = None
     level: str | None = Field(default=None, description="sentence, paragraph, section or doc")
     tokens: int | None = Field(default=None, description="its size, when max_tokens was given")
@@ -119,6 +122,7 @@ class Context(BaseModel):
             start=int(meta.get("start", 0)),
             end=int(meta.get("end", len(doc.page_content))),
             score=_number(meta.get("score")),
+            fused_score=_number(meta.get("fused_score")),
             mode=meta.get("mode"),
             level=meta.get("level"),
             tokens=tokens if isinstance(tokens, int) else None,

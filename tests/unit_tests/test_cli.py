@@ -207,7 +207,7 @@ class TestQuery:
         code, out, _ = _run(capsys, *argv)
         assert code == 0
         header, body = out.splitlines()[:2]
-        assert header.startswith("#1  score 0.")
+        assert re.match(r"#1  fused \d\.\d\d\d  cosine 0\.\d\d\d  normans  ", header)
         start, end = 0, NORMANS.index("# Language")  # the first section: heading and two paragraphs
         assert header.endswith(f"normans  [parent/section, chars {start}-{end}]")
         assert body == "**# Normans**"  # the section's heading, a matched sentence too
@@ -361,7 +361,7 @@ class TestUserErrors:
         monkeypatch.setenv(cli.EMBEDDING_ENV, "")
         code, out, err = _run(capsys, "query", QUERY, "--store", str(store), "-k", "1")
         assert (code, err) == (0, "")  # the store's own embedding ("fake") is used
-        assert out.startswith("#1  score ")
+        assert out.startswith("#1  fused ")
 
     def test_unknown_embedding_in_the_environment(
         self, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
@@ -392,7 +392,7 @@ class TestProcesses:
         argv = [sys.executable, "-m", "langchain_s2b", "query", "Rollo", "--store", str(store)]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("#1  score ")
+        assert done.stdout.startswith("#1  fused ")
         assert "\x1b[" not in done.stdout
         bad = subprocess.run(
             [sys.executable, "-m", "langchain_s2b", "query", "q", "--store", "/nonexistent/s"],

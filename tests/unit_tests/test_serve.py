@@ -372,7 +372,8 @@ def test_search_result_and_text_from_documents() -> None:
         page_content="Rollo led.\x1b[31m Red.",
         metadata={
             "source_id": "/d/a.pdf#page=2", "source": "/d/a.pdf", "title": "a", "page": 2,
-            "start": 10, "end": 30, "score": 0.5, "mode": "window", "level": "sentence",
+            "start": 10, "end": 30, "score": 0.5, "fused_score": 1.25, "mode": "window",
+            "level": "sentence",
             "matches": [{"key": "k", "split_id": 1, "score": 0.5, "start": 10, "end": 20}],
         },
     )  # fmt: skip
@@ -387,14 +388,16 @@ def test_search_result_and_text_from_documents() -> None:
             {
                 "rank": 1, "source": "/d/a.pdf#page=2", "title": "a", "heading": None,
                 "page": 2, "start": 10,
-                "end": 30, "score": 0.5, "mode": "window", "level": "sentence", "tokens": None,
+                "end": 30, "score": 0.5, "fused_score": 1.25, "mode": "window",
+                "level": "sentence", "tokens": None,
                 "text": "Rollo led.\x1b[31m Red.",
                 "matches": [{"start": 10, "end": 20, "score": 0.5}],
             }
         ],
     }  # fmt: skip
     assert serve.search_text([doc]) == (
-        "#1  score 0.500  a  page 2  source /d/a.pdf#page=2  [window/sentence, chars 10-30]\n"
+        "#1  fused 1.250  cosine 0.500  a  page 2  source /d/a.pdf#page=2  "
+        "[window/sentence, chars 10-30]\n"
         "**Rollo led.** Red.\n"
     )
     assert serve.search_text([]) == "no results"
