@@ -707,12 +707,20 @@ class TestFirstHour:
         assert steps == [
             "s2b: reading: 1/2 file(s) (50%), T elapsed",
             "s2b: reading: 2/2 file(s) (100%), T elapsed",
-            "s2b: splitting: 1/2 file(s) (50%), T elapsed",
-            "s2b: splitting: 2/2 file(s) (100%), T elapsed",
+            # each 40-character page split in 3 levels: the section level at 0, the paragraph
+            # level at 1/3 (13), the sentences of its 2 paragraphs (at 0 and 16) at 2/3 (26)
+            # and (80 + 16) / 120 (32), then done (40); then the second page
+            *[f"s2b: splitting: {n}/80 character(s) ({100 * n // 80}%), T elapsed"
+              for n in (13, 26, 32, 40, 53, 66, 72, 80)],
             "s2b: embedding: 4/4 vector(s) (100%), T elapsed",
-            "s2b: writing: 4/4 chunk(s) (100%), T elapsed",  # the write is a phase of its own
+            # the write is a phase of its own, in three steps: split again, the nodes stored
+            # (a document, a section, 2 paragraphs and 2 sentences a page), the vectors added
+            *[f"s2b: writing 1/3 (splitting): {n}/80 character(s) ({100 * n // 80}%), T elapsed"
+              for n in (13, 26, 32, 40, 53, 66, 72, 80)],
+            "s2b: writing 2/3 (text): 12/12 node(s) (100%), T elapsed",
+            "s2b: writing 3/3 (vectors): 4/4 chunk(s) (100%), T elapsed",
             "s2b: writing the FAISS file: 4/4 vector(s) (100%), T elapsed",
-        ]
+        ]  # fmt: skip
         assert TIMING.fullmatch(out.splitlines()[-1])
         assert ": 4 chunk(s), " in out.splitlines()[-1]
 
