@@ -209,6 +209,40 @@ def measure(
     return rows
 
 
+def measure_file(code: Path, text: Path, work: Path) -> dict[str, Any]:
+    """One given file indexed by one checkout, with its chunks (what FAISS holds per byte)."""
+    run = index_run(code, text, work / "store")
+    chunks = _chunks(work / "store")
+    base = baseline(code)
+    size = text.stat().st_size / MB
+    growth = run["peak_rss_mb"] - base
+    row = {
+        "code": str(code),
+        "commit": _commit(code),
+        "case": "file",
+        "text": text.name,
+        "mb": round(size, 1),
+        "files": 1,
+        "chunks": chunks,
+        "chars_per_chunk": round(size * MB / chunks),
+        "baseline_mb": round(base, 1),
+        **run,
+        "growth_mb": round(growth, 1),
+        "growth_x": round(growth / size, 1),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def _chunks(store: Path) -> int:
+    """The chunks (FAISS rows) of the store just indexed."""
+    import sqlite3
+
+    with sqlite3.connect(store / "s2b.sqlite") as db:
+        (count,) = db.execute("SELECT COUNT(*) FROM children").fetchone()
+    return int(count)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table."""
     head = (
@@ -233,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", type=int, default=[10, 50], help="sizes in MB")
     parser.add_argument("--json", type=Path, help="write {machine, rows} here")
     parser.add_argument(
+        "--text", type=Path, action="append",
+        help="index this file too (one file), e.g. a text of short lines (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
         "--cases", nargs="+", choices=("file", "folder"), default=["file", "folder"],
         help="one file, a folder of the same text, or both",
     )  # fmt: skip
@@ -240,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     codes = args.code or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory(prefix="s2b-memory-") as tmp:
         rows = measure(codes, args.sizes, Path(tmp), tuple(args.cases))
+        rows += [measure_file(code, text, Path(tmp)) for text in args.text or [] for code in codes]
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1) + "\n")

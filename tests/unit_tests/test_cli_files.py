@@ -237,7 +237,7 @@ class TestFormats:
         top = json.loads(out)["results"][0]
         assert (top["text"], top["metadata"]["start"]) == ("Badgers dig setts.\n", 0)
         code, out, _ = _run(capsys, "query", "kangaroos jump", "--store", str(store), "-k", "1")
-        assert out.splitlines()[0].split("  ")[2:4] == ["paper", "page 2"]
+        assert out.splitlines()[0].split("  ")[3:5] == ["paper", "page 2"]
         code, out, _ = _run(capsys, "list", "--store", str(store))
         assert f"{docs / 'paper.pdf'}  2 document(s), 2 chunk(s)" in out.splitlines()
         code, out, _ = _run(capsys, "verify", "--store", str(store))
