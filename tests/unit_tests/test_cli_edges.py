@@ -545,7 +545,7 @@ class TestDiskFull:
         assert _tables(store) == before
 
     def test_a_new_store_whose_first_run_filled_the_disk_is_not_called_older(
-        self, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The first run committed vectors, then the disk filled: no ``s2b.json`` was written."""
         from langchain_s2b.cli import folder, indexer
@@ -815,7 +815,11 @@ class TestFirstHour:
         )
 
     def test_eval_progress_counts_questions_row_by_row(
-        self, guide_store: tuple[Path, Path], tmp_path: Path, capsys, monkeypatch
+        self,
+        guide_store: tuple[Path, Path],
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """``--limit 2`` over 2 modes: each row counts to 2 questions (not one count to 6)."""
         docs, store = guide_store

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -523,7 +524,7 @@ async def test_integer_arguments_are_integers_not_booleans_nor_strings(store: Pa
     from mcp.server.fastmcp.exceptions import ToolError
 
     server = serve.build_server(LiveStore(store))
-    bad = [
+    bad: list[tuple[str, dict[str, Any]]] = [
         ("search", {"query": "Rollo", "k": True}),
         ("search", {"query": "Rollo", "k": "3"}),
         ("search", {"query": "Rollo", "k": 2.5}),
