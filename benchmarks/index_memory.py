@@ -24,7 +24,8 @@ the runs finish. Its peak RSS is that child's ``ru_maxrss`` (``os.wait4``), and
 added per byte of text. Every line the run prints on stderr (a pipe: progress
 lines every 5 s) is timed: ``longest_silence_s`` is the longest time without
 one between the first progress line and the end of the process, and
-``phases`` the phases that printed a line.
+``phases`` the phases that printed a line; ``longest_still_s`` is the longest time
+the count a progress line shows stood still (a line that repeats it does not move it).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ IMPORTS = (
 """What ``s2b index`` has imported before it reads a file (the baseline process imports it)."""
 RUN = "import sys; from langchain_s2b.cli.commands import main; sys.exit(main(sys.argv[1:]))"
 _PHASE = re.compile(r"^s2b: ([^:]+): ")
+_COUNT = re.compile(r"^s2b: ([^:]+): ([\d.]+ ?\w*)/")
 
 
 def write_corpus(where: Path, size: int) -> tuple[Path, Path, int]:
@@ -134,6 +136,7 @@ def index_run(code: Path, path: Path, store: Path) -> dict[str, Any]:
     silence = max((b - a for a, b in itertools.pairwise(times)), default=seconds)
     phases = list(dict.fromkeys(phase for _, phase in progress))
     return {
+        "longest_still_s": round(_longest_still(lines, seconds), 1),
         "peak_rss_mb": round(peak, 1),
         "seconds": round(seconds, 1),
         "first_line_s": round(progress[0][0], 1) if progress else None,
@@ -141,6 +144,15 @@ def index_run(code: Path, path: Path, store: Path) -> dict[str, Any]:
         "phases": phases,
         "lines": len(progress),
     }
+
+
+def _longest_still(lines: list[tuple[float, str]], seconds: float) -> float:
+    """The longest time the shown count stood still: from a line to the next one whose
+    phase or count differs (a line that repeats the count does not move it), or the end."""
+    shown = [(t, (m.group(1), m.group(2))) for t, line in lines if (m := _COUNT.match(line))]
+    moved = [t for i, (t, what) in enumerate(shown) if i == 0 or what != shown[i - 1][1]]
+    times = [*moved, seconds]
+    return max((b - a for a, b in itertools.pairwise(times)), default=seconds)
 
 
 def _commit(code: Path) -> str:
@@ -167,7 +179,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def measure(codes: list[Path], sizes: list[int], work: Path) -> list[dict[str, Any]]:
+def measure(
+    codes: list[Path], sizes: list[int], work: Path, cases: tuple[str, ...] = ("file", "folder")
+) -> list[dict[str, Any]]:
     """Every checkout on every size, one file and one folder; rows in run order."""
     rows: list[dict[str, Any]] = []
     bases = {code: baseline(code) for code in codes}
@@ -175,6 +189,8 @@ def measure(codes: list[Path], sizes: list[int], work: Path) -> list[dict[str, A
         one, folder, articles = write_corpus(work / "text", size * MB)
         for code in codes:
             for case, path in (("file", one), ("folder", folder)):
+                if case not in cases:
+                    continue
                 run = index_run(code, path, work / "store")
                 growth = run["peak_rss_mb"] - bases[code]
                 row = {
@@ -193,17 +209,52 @@ def measure(codes: list[Path], sizes: list[int], work: Path) -> list[dict[str, A
     return rows
 
 
+def measure_file(code: Path, text: Path, work: Path) -> dict[str, Any]:
+    """One given file indexed by one checkout, with its chunks (what FAISS holds per byte)."""
+    run = index_run(code, text, work / "store")
+    chunks = _chunks(work / "store")
+    base = baseline(code)
+    size = text.stat().st_size / MB
+    growth = run["peak_rss_mb"] - base
+    row = {
+        "code": str(code),
+        "commit": _commit(code),
+        "case": "file",
+        "text": text.name,
+        "mb": round(size, 1),
+        "files": 1,
+        "chunks": chunks,
+        "chars_per_chunk": round(size * MB / chunks),
+        "baseline_mb": round(base, 1),
+        **run,
+        "growth_mb": round(growth, 1),
+        "growth_x": round(growth / size, 1),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def _chunks(store: Path) -> int:
+    """The chunks (FAISS rows) of the store just indexed."""
+    import sqlite3
+
+    with sqlite3.connect(store / "s2b.sqlite") as db:
+        (count,) = db.execute("SELECT COUNT(*) FROM children").fetchone()
+    return int(count)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table."""
     head = (
-        "| commit | text | peak RSS | growth | growth / text | seconds | longest silence |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |\n"
+        "| commit | text | peak RSS | growth | growth / text | seconds | longest silence "
+        "| count still |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     body = "".join(
         f"| {r['commit']} | {r['mb']} MB, "
         f"{'one file' if r['case'] == 'file' else str(r['files']) + ' files'} | "
         f"{r['peak_rss_mb']:.0f} MB | {r['growth_mb']:.0f} MB | {r['growth_x']}x | "
-        f"{r['seconds']:.0f} | {r['longest_silence_s']:.0f} s |\n"
+        f"{r['seconds']:.0f} | {r['longest_silence_s']:.0f} s | {r['longest_still_s']:.0f} s |\n"
         for r in rows
     )
     return head + body
@@ -215,10 +266,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code", action="append", type=Path, help="a checkout (repeatable)")
     parser.add_argument("--sizes", nargs="+", type=int, default=[10, 50], help="sizes in MB")
     parser.add_argument("--json", type=Path, help="write {machine, rows} here")
+    parser.add_argument(
+        "--text", type=Path, action="append",
+        help="index this file too (one file), e.g. a text of short lines (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cases", nargs="+", choices=("file", "folder"), default=["file", "folder"],
+        help="one file, a folder of the same text, or both",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     codes = args.code or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory(prefix="s2b-memory-") as tmp:
-        rows = measure(codes, args.sizes, Path(tmp))
+        rows = measure(codes, args.sizes, Path(tmp), tuple(args.cases))
+        rows += [measure_file(code, text, Path(tmp)) for text in args.text or [] for code in codes]
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1) + "\n")

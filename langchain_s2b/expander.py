@@ -243,7 +243,7 @@ class SentenceWindowExpander(RunnableSerializable[list[Document], list[Document]
     Setup:
         .. code-block:: bash
 
-            pip install -U langchain-s2b
+            pip install -e .  # in a clone of the repository (not on PyPI)
 
     Key init args:
         store: a ``BaseStore[str, Document]`` of chunks; wrap a byte store

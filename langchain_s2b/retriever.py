@@ -92,7 +92,7 @@ class SmallToBigRetriever(BaseRetriever):
     Setup:
         .. code-block:: bash
 
-            pip install -U langchain-s2b "langchain-s2b[local]"
+            pip install -e ".[local]"  # in a clone of the repository (not on PyPI)
 
     Key init args:
         vectorstore: the child index (``FaissIndex`` by default; any LangChain

@@ -261,7 +261,11 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
-    """``s2b delete PATH... --store DIR``: remove files (or every file under folders)."""
+    """``s2b delete PATH... --store DIR``: remove files (or every file under folders).
+
+    All or nothing: when a path names nothing in the index, nothing is deleted
+    and one line names every such path (as ``git rm`` does).
+    """
     directory = Path(args.store)
     with writer_lock(directory, wait=not args.no_wait):
         store = open_store(directory, wanted_embedding(args), search=False, writer=True)
@@ -273,7 +277,14 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
                 hits = _indexed_under(raw, rows)
                 chosen.update((p, rows[p]) for p in hits)
                 if not hits:
-                    missing.append(raw)
+                    missing.append(shown_name(raw))
+            if missing:
+                are = "is" if len(missing) == 1 else "are"
+                msg = (
+                    f"{', '.join(missing)} {are} not in the index (see s2b list); "
+                    "nothing was deleted"
+                )
+                raise UserError(msg)
             kept = {s for p, r in rows.items() if p not in chosen for s in r.sources}
             sources = [s for r in chosen.values() for s in r.sources if s not in kept]
             with store.db.write():
@@ -290,12 +301,7 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
         one_line(f"deleted {len(chosen)} file(s) ({len(sources)} document(s)) from {directory}"),
         file=out,
     )
-    for raw in missing:
-        print(
-            one_line(f"s2b: error: {shown_name(raw)} is not in the index (see s2b list)"),
-            file=sys.stderr,
-        )
-    return 1 if missing else 0
+    return 0
 
 
 def _indexed_under(raw: str, rows: dict[str, Any]) -> list[str]:
@@ -373,14 +379,16 @@ def _report_health(
         )
     if found.unrecorded:
         print(
-            "the FAISS index file has no digest yet (an older store): "
-            "the next s2b index or verify --repair records it",
+            "the FAISS index file has no recorded digest: the run that wrote it could not "
+            "record it (another run was writing, or the disk was full), or an older s2b wrote "
+            "it; the next s2b index or verify --repair records it",
             file=out,
         )
-    if found.unlisted:
+    if found.unlisted:  # each writer writes it at its end, best effort: a full disk leaves none
         print(
-            f"no {directory / LISTING_FILE} yet (an older store): "
-            "the next s2b index or verify --repair writes it",
+            f"no {directory / LISTING_FILE}: the last run that wrote the store could not write "
+            "it (a full disk?), or an older s2b made the store; the next s2b index or verify "
+            "--repair writes it",
             file=out,
         )
 
@@ -556,17 +564,17 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             rows[mode] = retriever.model_copy(update={"mode": mode})
         reports = []
         budgets = tuple(args.budgets or evaluation.BUDGETS)
-        bar = progress.bar(len(questions) * len(rows), "question", "evaluating")
-        try:
-            for name, row in rows.items():
+        for n, (name, row) in enumerate(rows.items(), 1):  # each row counts the questions
+            bar = progress.bar(len(questions), "question", f"evaluating {n}/{len(rows)}: {name}")
+            try:
                 reports.append(
                     evaluation.evaluate(
                         row, questions, name=name, k=args.k, budgets=budgets,
                         token_counter=TOKEN_COUNTERS[args.token_counter], progress=bar.update,
                     )
                 )  # fmt: skip
-        finally:
-            bar.close()
+            finally:
+                bar.close()
     if args.json:
         fields = ("name", "k", "n", "hit_rate", "answer_rate", "evidence_recall", "mean_tokens")
         data = [{f: getattr(r, f) for f in fields} | {"hit_at": r.hit_at} for r in reports]

@@ -55,6 +55,7 @@ from langchain_s2b.cli.options import (
     DEFAULT_K,
     DEFAULT_MODE,
     EMBEDDING_ENV,
+    MAX_K,
     MODES,
     PARENT_LEVEL,
     PARENT_LEVELS,
@@ -121,14 +122,15 @@ def _check_query(args: argparse.Namespace) -> str | None:
 # Command line ----------------------------------------------------------------------
 
 
-def _int(minimum: int) -> Any:
+def _int(minimum: int, maximum: int | None = None) -> Any:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
-        if value < minimum:
-            msg = f"must be an integer >= {minimum}, got {text!r}"
+        if value < minimum or (maximum is not None and value > maximum):
+            allowed = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            msg = f"must be an integer {allowed}, got {text!r}"
             raise argparse.ArgumentTypeError(msg)
         return value
 
@@ -193,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("question")
     query.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help="what one result is")
     query.add_argument(
-        "-k", type=_int(1), default=None,
-        help=f"results (default {DEFAULT_K}; with --max-tokens, as many as fit)",
+        "-k", type=_int(1, MAX_K), default=None,
+        help=f"results (default {DEFAULT_K}; with --max-tokens, as many as fit; at most {MAX_K})",
     )  # fmt: skip
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
     query.add_argument("--max-tokens", type=_int(1), metavar="N", help="token ceiling, all results")

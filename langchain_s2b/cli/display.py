@@ -1,7 +1,9 @@
 """How ``s2b query`` shows results: rich panels on a terminal, plain text when piped, JSON.
 
-Matched spans (each result's ``matches``, in source coordinates) are
-highlighted: bold yellow in a terminal, ``**like this**`` in plain text. A long
+Each result's header names its scores: the one that ranks it (``fused`` under
+hybrid search) and the cosine of its best match. Matched spans (each result's
+``matches``, in source coordinates) are highlighted: bold yellow in a terminal,
+``**like this**`` in plain text. A long
 context (a whole section or document) is shown as ``max_chars`` characters
 around its best match; ``--json`` always carries the full text and metadata.
 Every piece of document text passes :func:`~langchain_s2b.cli.errors.safe`
@@ -25,6 +27,7 @@ def result_json(doc: Document, rank: int) -> dict[str, Any]:
     out = {
         "rank": rank,
         "score": meta.get("score"),
+        **{name: meta[name] for name, _ in RANKED_BY if name in meta},
         "source": source_label(meta),
         "text": doc.page_content,
         "metadata": meta,
@@ -50,14 +53,32 @@ def _spans(doc: Document) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+RANKED_BY = (("rerank_score", "rerank"), ("fused_score", "fused"))
+"""The score that orders the results when there is one (a reranker's, hybrid search's),
+with its label; else the cosine does."""
+
+
+def scores(meta: dict[str, Any]) -> str:
+    """``fused 2.829  cosine 0.630``: the score that ranks first, then the best match's cosine.
+
+    Under hybrid search the results are in the order of their fused score, which
+    a cosine alone would not explain (a later result may have a higher cosine).
+    """
+    shown = [
+        f"{label} {meta[name]:.3f}" for name, label in RANKED_BY if _is_number(meta.get(name))
+    ][:1]
+    if _is_number(meta.get("score")):
+        shown.append(f"cosine {meta['score']:.3f}")
+    return "  ".join(shown)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _header(doc: Document, rank: int, *, cite: bool = False) -> str:
     meta = doc.metadata
-    score = meta.get("score")
-    parts = [
-        f"#{rank}",
-        f"score {score:.3f}" if isinstance(score, float) else "",
-        shown_name(source_label(meta)),
-    ]
+    parts = [f"#{rank}", scores(meta), shown_name(source_label(meta))]
     if isinstance(meta.get("page"), int):
         parts.append(f"page {meta['page']}")
     if isinstance(meta.get("heading"), str) and meta["heading"]:

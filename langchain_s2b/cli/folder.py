@@ -498,7 +498,7 @@ def replace_database(directory: Path, fresh: Path, *, keep: bool = False) -> Pat
     current = _db_path(directory)
     aside = None
     if keep and current.exists():
-        aside = directory / f"{DB_FILE}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+        aside = _aside_name(directory)
         for suffix in ("", "-wal"):
             if _size_of(Path(f"{current}{suffix}")):
                 _link_or_copy(Path(f"{current}{suffix}"), Path(f"{aside}{suffix}"))
@@ -508,6 +508,16 @@ def replace_database(directory: Path, fresh: Path, *, keep: bool = False) -> Pat
     for old in directory.glob(FAISS_FILES):  # the old database's: never the new one's
         old.unlink(missing_ok=True)
     return aside
+
+
+def _aside_name(directory: Path) -> Path:
+    """``s2b.sqlite.damaged-<time>``: never an existing name (``-2``, ``-3``... in one second)."""
+    stamp = directory / f"{DB_FILE}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+    name, n = stamp, 1
+    while any(os.path.lexists(f"{name}{suffix}") for suffix in ("", "-wal")):
+        n += 1
+        name = Path(f"{stamp}-{n}")
+    return name
 
 
 def _size_of(file: Path) -> int:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,12 +57,18 @@ from langchain_s2b.cli.loaders import (
 )
 from langchain_s2b.cli.progress import Bar, ticking
 from langchain_s2b.core.headers import HeaderFunction
-from langchain_s2b.core.ingest import Source, identify, is_empty, nodes_key, source_id_of
-from langchain_s2b.core.ingest import leaf_texts as leaf_texts_of
+from langchain_s2b.core.ingest import (
+    Source,
+    identify,
+    is_empty,
+    leaf_texts_and_nodes,
+    nodes_key,
+    source_id_of,
+)
 from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
 from langchain_s2b.core.situate import leaf_contexts, pieces
 from langchain_s2b.core.splitters import default_levels
-from langchain_s2b.core.tree import DOC_LEVEL, build_tree, user_metadata
+from langchain_s2b.core.tree import DOC_LEVEL, build_tree, split_part, split_progress, user_metadata
 from langchain_s2b.store.situator import ContextFailedError, ContextWriter
 
 GROUP_CHARS = 250_000
@@ -108,6 +115,8 @@ class _Loaded:
     texts: list[str] = field(default_factory=list)
     chunks: dict[str, int] = field(default_factory=dict)
     """Source id -> its chunks."""
+    nodes: dict[str, int] = field(default_factory=dict)
+    """Source id -> the nodes of its span tree (sentences, paragraphs, sections, itself)."""
 
 
 def plan(
@@ -122,16 +131,36 @@ def plan(
     with the store's levels, ``headers`` and the ``contexts`` its model wrote, known
     by ``context_name``), making no node document, no vector and no lexical index.
     """
+    texts, chunks, _ = _plan_file(docs, headers, contexts, context_name)
+    return texts, chunks
+
+
+def _plan_file(
+    docs: Sequence[Document],
+    headers: bool | HeaderFunction,
+    contexts: ContextWriter | None,
+    context_name: str,
+) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """:func:`plan`, and each source's nodes; each split's progress told in characters."""
     texts: dict[str, None] = {}
     chunks: dict[str, int] = {}
-    for source in identify(docs, None, [], ""):
-        if is_empty(source):
-            continue
-        written = None if contexts is None else _contexts(source, contexts, context_name)
-        leaves = leaf_texts_of(source, LEVELS, headers, written)
+    nodes: dict[str, int] = {}
+    sources = [s for s in identify(docs, None, [], "") if not is_empty(s)]
+    total = max(1, sum(len(s.doc.page_content) for s in sources))
+    done = 0
+    for source in sources:
+        size = len(source.doc.page_content)
+        with split_part(done / total, (done + size) / total):
+            written = None if contexts is None else _contexts(source, contexts, context_name)
+            leaves, nodes[source.source_id] = leaf_texts_and_nodes(source, LEVELS, headers, written)
+        done += size
         chunks[source.source_id] = len(leaves)
         texts.update(dict.fromkeys(leaves))
-    return list(texts), {sid: n for sid, n in chunks.items() if n}
+    return (
+        list(texts),
+        {sid: n for sid, n in chunks.items() if n},
+        {sid: n for sid, n in nodes.items() if chunks[sid]},
+    )
 
 
 def leaf_texts(docs: Sequence[Document]) -> list[str]:
@@ -177,15 +206,22 @@ def run(
         loaded = _situate(store.contexts, name, loaded, outcome, report, progress)
     gone = _gone(found, stored) if prune else set()
     accepted, holders = _claim(store, stored, gone, loaded, outcome, strict, on_skip)
-    _plan(store, accepted, outcome, progress)
+    nodes = _plan(store, accepted, outcome, progress)
     todo = set(store.cache.missing([t for item in accepted for t in item.texts]))
     bar = progress(len(todo), "vector", "embedding")
-    writing = _Writing(lambda: progress(outcome.chunks, "chunk", "writing"))
-    store.index.on_add = writing.added
+    groups = _groups(accepted)
+    chars = sum(len(d.page_content) for g in groups for d in _group_documents(g).values())
+    writing = _WritePhase(
+        _Splits(lambda: progress(chars, "character", "writing 1/3 (splitting)"), chars),
+        _Writing(lambda: progress(nodes, "node", "writing 2/3 (text)")),
+        _Writing(lambda: progress(outcome.chunks, "chunk", "writing 3/3 (vectors)")),
+    )
+    store.index.on_add = writing.vectors.added
+    store.docstore.on_put = writing.put
     try:
         _remove(store, [stored[p] for p in sorted(gone)], holders)
         outcome.removed = len(gone)
-        for group in _groups(accepted):
+        for group in groups:
             outcome.embedded += _embed(store, group, todo, bar)
             _write(store, group, stored, holders, writing)
             for item in group:
@@ -202,6 +238,7 @@ def run(
             store.cache.collect_garbage(store.index.released)
     finally:
         store.index.on_add = None
+        store.docstore.on_put = None
         bar.close()
         writing.close()
     if save and (outcome.added or outcome.updated or outcome.removed):
@@ -209,35 +246,125 @@ def run(
     return outcome
 
 
-class _Writing:
-    """The writing phase's progress, in chunks: each group's count is reached exactly once.
+@dataclass
+class _WritePhase:
+    """The writing phase's three steps, each with a count that moves as it goes.
 
-    The child index tells each batch of leaves it adds (:attr:`SQLiteFaissIndex.on_add`);
-    a group whose sources were written already (shared) or were unchanged adds fewer, and
-    the rest is counted when its transaction commits.
+    Each group of files is written in one transaction: its sources split again
+    (in characters), the nodes of their span trees stored (sentences,
+    paragraphs, sections, documents: batches of 2,048), then their chunks'
+    vectors added (batches of 2,048). One large file is minutes of the first
+    two alone; a count in chunks only would stand at 0 through them.
+    """
+
+    splits: _Splits
+    text: _Writing
+    vectors: _Writing
+
+    def start(self, group: list[_Loaded], docs: dict[str, Document]) -> None:
+        """A group begins."""
+        self.splits.expect([len(d.page_content) for d in docs.values()])
+        self.text.start({s: n for item in group for s, n in item.nodes.items()})
+        self.vectors.start({s: n for item in group for s, n in item.chunks.items()})
+
+    def put(self, nodes: int) -> None:
+        """The docstore stored ``nodes``: the splitting is over."""
+        self.splits.settle()
+        self.text.added(nodes)
+
+    def finish(self) -> None:
+        """The group's transaction committed."""
+        self.splits.settle()
+        self.text.finish()
+        self.vectors.finish()
+
+    def close(self) -> None:
+        """The writing is over."""
+        for step in (self.splits, self.text, self.vectors):
+            step.close()
+
+
+class _Splits:
+    """Progress in characters, moved by each split as it goes (:func:`split_progress`).
+
+    ``expect`` the lengths of the texts about to be split, in order: each split
+    (a span tree built) tells its share, the last 1.0; ``settle`` when the step
+    is over counts what was not split (an unchanged source, a split not told).
+    """
+
+    def __init__(self, make: Callable[[], Bar], total: int) -> None:
+        self.make = make
+        self.bar: Bar | None = None
+        self.step = max(1, total // 1000)  # a bar redrawn per paragraph would cost seconds
+        self.lengths: deque[int] = deque()
+        self.base = self.shown = 0
+
+    def expect(self, lengths: list[int]) -> None:
+        """Texts of these lengths are split next, in this order."""
+        if self.bar is None:
+            self.bar = self.make()
+        self.lengths.extend(lengths)
+
+    def report(self, share: float) -> None:
+        """The text being split is ``share`` done (1.0: the next one comes)."""
+        if not self.lengths:
+            return
+        position = self.base + int(share * self.lengths[0])
+        if share >= 1.0:
+            self.base += self.lengths.popleft()
+        self._show(position)
+
+    def whole(self, share: float) -> None:
+        """Every text expected is ``share`` done (a caller that splits them as one)."""
+        self._show(self.base + int(share * sum(self.lengths)))
+
+    def settle(self) -> None:
+        """Every text expected is split."""
+        self.base += sum(self.lengths)
+        self.lengths.clear()
+        self._show(self.base, force=True)
+
+    def _show(self, position: int, *, force: bool = False) -> None:
+        moved = position - self.shown
+        if self.bar is not None and moved > 0 and (force or moved >= self.step):
+            self.bar.update(moved)
+            self.shown = position
+
+    def close(self) -> None:
+        """The step is over."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Writing:
+    """One step's progress, in chunks or nodes: each group's count is reached exactly once.
+
+    The store tells each batch it writes (:attr:`SQLiteFaissIndex.on_add`,
+    :attr:`SQLiteDocStore.on_put`); a group whose sources were written already
+    (shared) or were unchanged writes fewer, and the rest is counted when its
+    transaction commits.
     """
 
     def __init__(self, make: Callable[[], Bar]) -> None:
         self.make = make
         self.bar: Bar | None = None
-        """Made when the first group is written (its elapsed time is the writing's)."""
+        """Made when the step first writes (its elapsed time is the step's)."""
         self.counted: set[str] = set()
         self.expected = 0
         self.done = 0
 
-    def start(self, chunks: dict[str, int]) -> Bar:
+    def start(self, chunks: dict[str, int]) -> None:
         """A group begins: its sources' chunks not counted by an earlier group."""
-        if self.bar is None:
-            self.bar = self.make()
         fresh = {s: n for s, n in chunks.items() if s not in self.counted}
         self.counted.update(fresh)
         self.expected, self.done = sum(fresh.values()), 0
-        return self.bar
 
     def added(self, leaves: int) -> None:
-        """The child index added ``leaves``."""
+        """The store wrote ``leaves`` (chunks, or nodes)."""
+        if self.bar is None:  # made when the step first writes: its elapsed time is the step's
+            self.bar = self.make()
         step = min(leaves, self.expected - self.done)
-        if step > 0 and self.bar is not None:
+        if step > 0:
             self.done += step
             self.bar.update(step)
 
@@ -482,29 +609,37 @@ def _stored_document(store: Store, sid: str) -> Document | None:
     return Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
 
 
-def _plan(store: Store, accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> None:
-    """Split the accepted files; count documents, chunks and vectors once each."""
+def _plan(store: Store, accepted: list[_Loaded], outcome: Outcome, progress: Progress) -> int:
+    """Split the accepted files; count documents, chunks and vectors once each; the nodes.
+
+    Progress in characters, told as each file is split (one large file is a long step).
+    """
     chunks: dict[str, int] = {}
+    nodes: dict[str, int] = {}
     texts: set[str] = set()
-    bar = progress(len(accepted), "file", "splitting")
+    total = sum(len(d.page_content) for item in accepted for d in item.docs)
+    splits = _Splits(lambda: progress(total, "character", "splitting"), total)
     try:
-        with ticking(bar):  # one large file is a long step
-            for item in accepted:
-                item.texts, item.chunks = plan(
+        for item in accepted:
+            splits.expect([sum(len(d.page_content) for d in item.docs)])
+            with split_progress(splits.whole):
+                item.texts, item.chunks, item.nodes = _plan_file(
                     item.docs,
                     store.embedded.headers,
                     store.contexts,
                     store.embedded.context_model or "",
                 )
-                chunks.update(item.chunks)
-                texts.update(item.texts)
-                chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
-                bar.update(1)
+            splits.settle()
+            chunks.update(item.chunks)
+            nodes.update(item.nodes)
+            texts.update(item.texts)
+            chunks.update(dict.fromkeys((s for s in item.sources if s not in chunks), 0))
     finally:
-        bar.close()
+        splits.close()
     outcome.documents = len(chunks)
     outcome.chunks = sum(chunks.values())
     outcome.vectors = len(texts)
+    return sum(nodes.values())
 
 
 def _remove(store: Store, rows: list[FileRow], holders: dict[str, set[str]]) -> None:
@@ -544,20 +679,30 @@ def _embed(store: Store, group: list[_Loaded], todo: set[str], bar: Bar) -> int:
     return len(wanted)
 
 
+def _group_documents(group: list[_Loaded]) -> dict[str, Document]:
+    """The group's documents by source id (a document several of its files hold: once)."""
+    docs: dict[str, Document] = {}
+    for item in group:
+        for doc, sid in zip(item.docs, item.sources, strict=True):
+            docs.setdefault(sid, doc)
+    return docs
+
+
 def _write(
     store: Store,
     group: list[_Loaded],
     stored: dict[str, FileRow],
     holders: dict[str, set[str]],
-    writing: _Writing,
+    writing: _WritePhase,
 ) -> None:
     """One transaction: the group's sources, the sources its files no longer hold, file rows.
 
     The nodes and leaves of a large file go in batches inside it (``lifecycle``),
     so memory stays bounded and progress is told as they go.
     """
-    bar = writing.start({s: n for item in group for s, n in item.chunks.items()})
-    with ticking(bar), store.db.write():
+    docs = _group_documents(group)
+    writing.start(group, docs)
+    with store.db.write(), split_progress(writing.splits.report):
         stale: list[str] = []
         for item in group:
             old = stored.get(str(item.path))
@@ -566,10 +711,6 @@ def _write(
                 stale += [s for s in old.sources if s not in new and not holders.get(s)]
         if stale:
             store.retriever.delete(list(dict.fromkeys(stale)))
-        docs: dict[str, Document] = {}
-        for item in group:
-            for doc, sid in zip(item.docs, item.sources, strict=True):
-                docs.setdefault(sid, doc)
         store.index.make_room(sum({s: n for i in group for s, n in i.chunks.items()}.values()))
         store.retriever.add_documents(list(docs.values()))
         for item in group:

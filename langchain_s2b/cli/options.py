@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MODE",
     "EMBEDDING_ENV",
     "INDEX_MODE",
+    "MAX_K",
     "MODES",
     "PARENT_LEVEL",
     "PARENT_LEVELS",
@@ -34,6 +35,9 @@ tokens), where the tree's nearest parent, a paragraph, is often one line of a re
 _DEFAULTS = QueryParams()
 DEFAULT_K = DEFAULT_RESULTS
 """Results without ``--max-tokens``; with it, ``-k`` is a cap and its default is as many as fit."""
+MAX_K = 100
+"""The most results one query may ask for (``s2b query -k``, ``search``'s ``k``): 100
+sections are already about 120,000 tokens; a larger ``k`` only costs time and memory."""
 DEFAULT_MODE = "pack"
 """``s2b query``'s and ``s2b serve``'s mode: the evidence and its neighbours packed by value
 (1,024 tokens unless ``--max-tokens`` says otherwise). Told a budget it beat every other mode at

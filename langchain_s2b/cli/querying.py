@@ -19,6 +19,7 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.cli.errors import UserError, damaged_store
 from langchain_s2b.cli.options import DEFAULT_MODE as DEFAULT_MODE
+from langchain_s2b.cli.options import MAX_K as MAX_K
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.params import DEFAULT_K as DEFAULT_K
@@ -35,9 +36,6 @@ _FIELDS = SmallToBigRetriever.model_fields
 DEFAULT_COUNTER = next(
     name for name, count in TOKEN_COUNTERS.items() if count is _FIELDS["token_counter"].default
 )
-MAX_K = 100
-"""The most results one query may ask for (``s2b query -k``, ``search``'s ``k``): 100
-sections are already about 120,000 tokens; a larger ``k`` only costs time and memory."""
 
 
 def cut_question(model: Embeddings, question: str) -> tuple[str, str | None]:

@@ -99,6 +99,9 @@ class Context(BaseModel):
     start: int = Field(description="first character of the context in its source")
     end: int = Field(description="end of the context in its source (exclusive)")
     score: float | None = Field(default=None, description="cosine similarity of its best match")
+    fused_score: float | None = Field(
+        default=None, description="its best match's hybrid score: what ranks the contexts"
+    )
     mode: str | None = None
     level: str | None = Field(default=None, description="sentence, paragraph, section or doc")
     tokens: int | None = Field(default=None, description="its size, when max_tokens was given")
@@ -119,6 +122,7 @@ class Context(BaseModel):
             start=int(meta.get("start", 0)),
             end=int(meta.get("end", len(doc.page_content))),
             score=_number(meta.get("score")),
+            fused_score=_number(meta.get("fused_score")),
             mode=meta.get("mode"),
             level=meta.get("level"),
             tokens=tokens if isinstance(tokens, int) else None,
@@ -435,11 +439,16 @@ def build_server(
                     f"at most {MAX_K})"
                 ),
                 json_schema_extra={"minimum": 1, "maximum": MAX_K},
+                strict=True,  # an integer: not true, not "3"
             ),
         ] = None,
         max_tokens: Annotated[
             int | None,
-            Field(description="a ceiling on all contexts", json_schema_extra={"minimum": 1}),
+            Field(
+                description="a ceiling on all contexts",
+                json_schema_extra={"minimum": 1},
+                strict=True,
+            ),
         ] = None,
         filter: Annotated[
             dict[str, Any] | None, Field(description='metadata filter, e.g. {"source": "/a.md"}')
@@ -459,13 +468,19 @@ def build_server(
     async def read(
         source: Annotated[str, Field(description="a source id, as search names it")],
         start: Annotated[
-            int, Field(description="first character (0-based)", json_schema_extra={"minimum": 0})
+            int,
+            Field(
+                description="first character (0-based)",
+                json_schema_extra={"minimum": 0},
+                strict=True,
+            ),
         ] = 0,
         end: Annotated[
             int | None,
             Field(
                 description="end, exclusive (default: the end of the source)",
                 json_schema_extra={"minimum": 0},
+                strict=True,
             ),
         ] = None,
         max_tokens: Annotated[
@@ -473,6 +488,7 @@ def build_server(
             Field(
                 description=f"at most this many tokens (default {READ_TOKENS})",
                 json_schema_extra={"minimum": 1},
+                strict=True,
             ),
         ] = READ_TOKENS,
     ) -> Annotated[CallToolResult, ReadResult]:

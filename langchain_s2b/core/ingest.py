@@ -525,11 +525,22 @@ def leaf_texts(
 
     ``contexts``: each leaf's model-written context, by split id, when there are any.
     """
+    return leaf_texts_and_nodes(source, levels, headers, contexts)[0]
+
+
+def leaf_texts_and_nodes(
+    source: Source,
+    levels: Sequence[Level],
+    headers: bool | HeaderFunction = False,
+    contexts: Sequence[str] | None = None,
+) -> tuple[list[str], int]:
+    """:func:`leaf_texts`, and how many nodes :func:`prepare` stores for ``source``."""
     text = source.doc.page_content
     tree = build_tree(text, source.source_key, levels)
     notes = LeafNotes(leaf_headings(source, tree, headers), contexts)
     pieces = ((node.split_id, text[node.start : node.end]) for node in tree.leaves)
-    return [embedded_text(piece, notes.of(i)) for i, piece in pieces if not is_junk(piece)]
+    texts = [embedded_text(piece, notes.of(i)) for i, piece in pieces if not is_junk(piece)]
+    return texts, sum(len(nodes) for nodes in tree.nodes.values())
 
 
 def is_empty(source: Source) -> bool:

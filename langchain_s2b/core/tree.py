@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -320,8 +322,52 @@ def _separator_chars(splitter: TextSplitter) -> set[str] | None:
 _new = tuple.__new__
 
 
+SplitProgress = Callable[[float], None]
+"""Told the share (0 to 1) of a split done so far, as it goes (a command's progress)."""
+_SPLIT_PROGRESS: ContextVar[SplitProgress | None] = ContextVar("split_progress", default=None)
+
+
+@contextmanager
+def split_progress(report: SplitProgress | None) -> Iterator[None]:
+    """Tell ``report`` how far each split (:func:`build_tree`) in the block has got.
+
+    A context variable, not an argument: the split runs deep inside
+    ``add_documents``, and a caller that does not ask pays nothing.
+    """
+    token = _SPLIT_PROGRESS.set(report)
+    try:
+        yield
+    finally:
+        _SPLIT_PROGRESS.reset(token)
+
+
+@contextmanager
+def split_part(low: float, high: float) -> Iterator[SplitProgress | None]:
+    """Within the block, a split's shares count as ``low`` to ``high`` of the reported one.
+
+    Yields the reporter of the whole (``None`` when nobody listens), for the
+    caller to report the rest of its work.
+    """
+    outer = _SPLIT_PROGRESS.get()
+    if outer is None:
+        yield None
+        return
+    reporter: SplitProgress = outer
+    token = _SPLIT_PROGRESS.set(lambda share: reporter(low + (high - low) * share))
+    try:
+        yield reporter
+    finally:
+        _SPLIT_PROGRESS.reset(token)
+
+
 def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
-    """Split ``text`` into nested spans, one level inside the next."""
+    """Split ``text`` into nested spans, one level inside the next.
+
+    Under :func:`split_progress`, each level's share is reported as its parents
+    are split (in characters of ``text``).
+    """
+    report = _SPLIT_PROGRESS.get()
+    size = max(len(text), 1) * len(levels)
     names = [level.name for level in levels]
     if len(set(names)) != len(names):
         msg = f"Level names must be distinct; got {names}."
@@ -329,9 +375,11 @@ def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
     root = Node(source_key, DOC_LEVEL, 0, 0, len(text), None)
     tree = Tree(levels=[*names, DOC_LEVEL], nodes={DOC_LEVEL: [root]})
     parents = [root]
-    for level in reversed(levels):
+    for done, level in enumerate(reversed(levels)):
         nodes: list[Node] = []
         for p_index, parent in enumerate(parents):
+            if report is not None:
+                report((done * len(text) + parent.start) / size)
             first = len(nodes)
             offset, parent_key = parent.start, parent.key
             spans = split_spans(level.splitter, text[offset : parent.end])
@@ -344,6 +392,8 @@ def build_tree(text: str, source_key: str, levels: Sequence[Level]) -> Tree:
         tree.nodes[parents[0].level] = parents
         tree.nodes[level.name] = nodes
         parents = nodes
+    if report is not None:
+        report(1.0)
     return tree
 
 

@@ -139,6 +139,8 @@ class SQLiteDocStore(BaseStore[str, Document]):
         """``doc`` nodes this store wrote in the write transaction :attr:`_written_in`: a
         later batch of their spans is encoded against them without reading the text back."""
         self._written_in = -1
+        self.on_put: Callable[[int], object] | None = None
+        """Told how many nodes of the span tree each write stored (a command's progress)."""
 
     # Encoding ------------------------------------------------------------------------
 
@@ -265,6 +267,8 @@ class SQLiteDocStore(BaseStore[str, Document]):
                 [(k, _enc(d.page_content), _enc(_dumps(_whole_meta(d)))) for k, d in whole.items()],
             )
             self._written.update(batch)
+        if self.on_put is not None:
+            self.on_put(sum(1 for k, _ in key_value_pairs if is_node_key(k)))
 
     def mget(self, keys: Sequence[str]) -> list[Document | None]:
         """Fetch documents (``None`` for a missing key, or a slice whose source is gone)."""

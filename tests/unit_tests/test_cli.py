@@ -207,7 +207,7 @@ class TestQuery:
         code, out, _ = _run(capsys, *argv)
         assert code == 0
         header, body = out.splitlines()[:2]
-        assert header.startswith("#1  score 0.")
+        assert re.match(r"#1  fused \d\.\d\d\d  cosine 0\.\d\d\d  normans  ", header)
         start, end = 0, NORMANS.index("# Language")  # the first section: heading and two paragraphs
         assert header.endswith(f"normans  [parent/section, chars {start}-{end}]")
         assert body == "**# Normans**"  # the section's heading, a matched sentence too
@@ -285,7 +285,7 @@ class TestUserErrors:
             (["index", "{tmp}/empty", "--store", "{tmp}/s"], 1, "nothing to index"),
             (["index", "{tmp}/ok.txt", "--store", "{tmp}/x.pdf"], 1, "is not a directory"),
             (["query", "q", "--store", "{tmp}", "--mode", "best"], 2, "invalid choice: 'best'"),
-            (["query", "q", "--store", "{tmp}", "-k", "0"], 2, "-k: must be an integer >= 1"),
+            (["query", "q", "--store", "{tmp}", "-k", "0"], 2, "-k: must be an integer from 1 to"),
             (["eval", "--store", "{tmp}", "--questions", "q", "--modes", "x"], 2, "mode(s)"),
             (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
         ],
@@ -307,6 +307,23 @@ class TestUserErrors:
         assert err.count("\n") == 1, err
         assert message in err
         assert "Traceback" not in err
+
+    def test_k_past_its_bound_is_a_usage_error_before_any_store_is_opened(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``-k 101`` is exit 2 from the parser, as ``-k 0`` is; no store is opened or made."""
+        store = tmp_path / "nope"
+        errors = []
+        for k in ("101", "0", "x"):
+            code, out, err = _run(capsys, "query", "q", "--store", str(store), "-k", k)
+            errors.append((code, out, err))
+        assert errors == [
+            (2, "", f"s2b query: error: argument -k: must be an integer from 1 to 100, got "
+             f"{k!r} (see s2b query --help)\n")
+            for k in ("101", "0", "x")
+        ]  # fmt: skip
+        assert not store.exists()
+        assert cli.build_parser().parse_args(["query", "q", "--store", "s", "-k", "100"]).k == 100
 
     def test_unreadable_files_are_skipped_and_named(self, tmp_path: Path, capsys) -> None:
         (tmp_path / "bad.jsonl").write_text('{"id": "a", "text": "x"}\n{oops\n')
@@ -344,7 +361,7 @@ class TestUserErrors:
         monkeypatch.setenv(cli.EMBEDDING_ENV, "")
         code, out, err = _run(capsys, "query", QUERY, "--store", str(store), "-k", "1")
         assert (code, err) == (0, "")  # the store's own embedding ("fake") is used
-        assert out.startswith("#1  score ")
+        assert out.startswith("#1  fused ")
 
     def test_unknown_embedding_in_the_environment(
         self, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
@@ -375,7 +392,7 @@ class TestProcesses:
         argv = [sys.executable, "-m", "langchain_s2b", "query", "Rollo", "--store", str(store)]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("#1  score ")
+        assert done.stdout.startswith("#1  fused ")
         assert "\x1b[" not in done.stdout
         bad = subprocess.run(
             [sys.executable, "-m", "langchain_s2b", "query", "q", "--store", "/nonexistent/s"],

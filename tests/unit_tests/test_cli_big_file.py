@@ -11,15 +11,19 @@ bound on the process catches a cost wherever it comes back. Nothing is timed.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
 import termios
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -316,3 +320,84 @@ def _state(store: Path) -> dict[str, object]:
     finally:
         db.close()
     return {"rows": rows, "vectors": vectors}
+
+
+class _Clock:
+    """A fake ``time`` for :mod:`langchain_s2b.cli.progress`: it moves only as work is done."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+SPLIT_SECONDS = {"SectionSplitter": 0.43, "BlockSplitter": 1.35, "SentenceSplitter": 0.67}
+"""Seconds each level's splitter took over 12 MB of text (one file: 2,817 sections, 14,707
+paragraphs, 69,559 sentences; measured on the 2-core machine of the benchmarks)."""
+BIG = 52 * MB
+"""The file the test's 300 kB stands for (a section level over it: one call, ~1.9 s)."""
+_SHOWN = re.compile(r"^s2b: (.+): (\d+)/(\d+) \S+ \(\d+%\), (\d+):(\d\d) elapsed$")
+
+
+def test_every_phase_of_one_big_file_moves_its_count_every_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow model, splitter and disk on one 300 kB file: no count stands for long.
+
+    The work costs fake seconds (a batch embedded 0.5 s, a batch of nodes or
+    chunks written 1 s, a split what it costs on 52 MB: :data:`SPLIT_SECONDS`
+    scaled), and progress reads that clock
+    and prints a line every :data:`~.progress.EVERY` (5) seconds of it. In every
+    phase the shown count must move at least every 6 seconds (the first line
+    of a phase is counted from when its step began: its elapsed time). Nothing is
+    timed for real.
+    """
+    from langchain_s2b.core import tree
+
+    clock = _Clock()
+    monkeypatch.setattr(progress, "time", clock)
+
+    def costs(seconds: Callable[..., float], real: Callable[..., Any]) -> Callable[..., Any]:
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            clock.now += seconds(*args)
+            return real(*args, **kwargs)
+
+        return slow
+
+    def split_cost(splitter: object, text: str) -> float:
+        return len(text) * SPLIT_SECONDS[type(splitter).__name__] / (12 * MB) * BIG / 300_000
+
+    monkeypatch.setattr(tree, "split_spans", costs(split_cost, tree.split_spans))
+    monkeypatch.setattr(
+        HashingEmbeddings,
+        "embed_documents",
+        costs(lambda *_: 0.5, HashingEmbeddings.embed_documents),
+    )
+    monkeypatch.setattr(SQLiteDocStore, "mset", costs(lambda *_: 1.0, SQLiteDocStore.mset))
+    monkeypatch.setattr(SQLiteFaissIndex, "_add", costs(lambda *_: 1.0, SQLiteFaissIndex._add))
+    monkeypatch.setattr(lifecycle, "WRITE_BATCH", 256)  # batches of a large file, at this size
+    big = tmp_path / "big.txt"
+    big.write_text(_prose(300_000), encoding="utf-8")
+    stream = _Stream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert main(["index", str(big), "--store", str(tmp_path / "s"), "--embedding", "fake"]) == 0
+    shown: dict[str, list[tuple[int, int]]] = {}  # phase -> (elapsed seconds, count) per line
+    for line in stream.text().splitlines():
+        found = _SHOWN.match(line)
+        assert found is not None, line
+        phase, count, _, minutes, seconds = found.groups()
+        shown.setdefault(phase, []).append((int(minutes) * 60 + int(seconds), int(count)))
+    assert list(shown) == [
+        "splitting",
+        "embedding",
+        "writing 1/3 (splitting)",
+        "writing 2/3 (text)",
+        "writing 3/3 (vectors)",
+    ]
+    still = {}
+    for phase, lines in shown.items():
+        moved = [0] + [t for i, (t, n) in enumerate(lines) if i == 0 or n != lines[i - 1][1]]
+        still[phase] = max(b - a for a, b in itertools.pairwise(moved))
+        assert len(lines) >= 2, (phase, lines)  # the phase lasted long enough to be seen
+    assert all(seconds <= 6 for seconds in still.values()), still

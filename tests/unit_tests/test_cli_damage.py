@@ -117,7 +117,7 @@ def every_command(template: Path, store: Path) -> None:
         if (
             argv[0] == "delete"
             and code == 1
-            and err.endswith("is not in the index (see s2b list)\n")
+            and err.endswith("is not in the index (see s2b list); nothing was deleted\n")
         ):
             continue  # the documented answer for a path the index does not hold
         one_line_or_works(argv, code, err)
@@ -275,10 +275,12 @@ class TestTheFaissFile:
         code, out, err = run("verify", "--store", str(store))
         assert (code, err) == (0, "")
         assert out.splitlines()[1:] == [
-            "the FAISS index file has no digest yet (an older store): the next s2b index or "
-            "verify --repair records it",
-            f"no {store / 's2b.json'} yet (an older store): the next s2b index or verify "
-            "--repair writes it",
+            "the FAISS index file has no recorded digest: the run that wrote it could not "
+            "record it (another run was writing, or the disk was full), or an older s2b wrote "
+            "it; the next s2b index or verify --repair records it",
+            f"no {store / 's2b.json'}: the last run that wrote the store could not write it (a "
+            "full disk?), or an older s2b made the store; the next s2b index or verify --repair "
+            "writes it",
             "ok",
         ]
         _marker_texts(template, store)
@@ -357,6 +359,27 @@ class TestTheDatabaseFile:
         code, out, err = run("verify", "--store", str(store))
         assert (code, out.splitlines()[-1], err) == (0, "ok", "")
         _marker_texts(template, store)
+
+    def test_two_repairs_in_one_second_keep_both_damaged_files(
+        self, store: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The damaged copy's name has one-second resolution: the second one is ``-2``."""
+        import time
+
+        monkeypatch.setattr(time, "strftime", lambda _format: "20260102T030405")
+        database = store / "s2b.sqlite"
+        damaged = []
+        for byte in (200, 100):
+            raw = bytearray(database.read_bytes())
+            raw[0:16] = bytes([byte] * 16)
+            database.write_bytes(bytes(raw))
+            damaged.append(bytes(raw))
+            code, _, err = run("verify", "--repair", "--store", str(store))
+            assert (code, err) == (0, "")
+        first = store / "s2b.sqlite.damaged-20260102T030405"
+        second = store / "s2b.sqlite.damaged-20260102T030405-2"
+        assert sorted(store.glob("s2b.sqlite.damaged-*")) == [first, second]
+        assert [first.read_bytes(), second.read_bytes()] == damaged
 
     def test_without_its_listing_the_repair_says_why_it_can_not(self, store: Path) -> None:
         database = store / "s2b.sqlite"

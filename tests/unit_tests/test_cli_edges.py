@@ -7,6 +7,7 @@ hostile names and damaged files are made here, in ``tmp_path``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -543,6 +544,32 @@ class TestDiskFull:
         )
         assert _tables(store) == before
 
+    def test_a_new_store_whose_first_run_filled_the_disk_is_not_called_older(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first run committed vectors, then the disk filled: no ``s2b.json`` was written."""
+        from langchain_s2b.cli import folder, indexer
+
+        docs, store = tmp_path / "docs", tmp_path / "s"
+        docs.mkdir()
+        (docs / "a.md").write_text("# T\n\nThe Normans gave their name to Normandy.\n")
+
+        def full(*_: Any, **__: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(indexer, "_write", full)
+        monkeypatch.setattr(folder, "write_text_atomic", full)
+        assert _run(capsys, "index", str(docs), "--store", str(store))[0] == 1
+        monkeypatch.undo()
+        assert _run(capsys, "verify", "--store", str(store)) == (
+            0,
+            "0 file(s), 0 document(s), 0 chunk(s), 2 vector(s), 0 node(s)\n"
+            f"no {store / 's2b.json'}: the last run that wrote the store could not write it (a "
+            "full disk?), or an older s2b made the store; the next s2b index or verify --repair "
+            "writes it\nok\n",
+            "",
+        )
+
     def test_a_store_on_a_full_disk_is_not_called_something_else(
         self, guide_store: tuple[Path, Path], capsys, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -680,12 +707,20 @@ class TestFirstHour:
         assert steps == [
             "s2b: reading: 1/2 file(s) (50%), T elapsed",
             "s2b: reading: 2/2 file(s) (100%), T elapsed",
-            "s2b: splitting: 1/2 file(s) (50%), T elapsed",
-            "s2b: splitting: 2/2 file(s) (100%), T elapsed",
+            # each 40-character page split in 3 levels: the section level at 0, the paragraph
+            # level at 1/3 (13), the sentences of its 2 paragraphs (at 0 and 16) at 2/3 (26)
+            # and (80 + 16) / 120 (32), then done (40); then the second page
+            *[f"s2b: splitting: {n}/80 character(s) ({100 * n // 80}%), T elapsed"
+              for n in (13, 26, 32, 40, 53, 66, 72, 80)],
             "s2b: embedding: 4/4 vector(s) (100%), T elapsed",
-            "s2b: writing: 4/4 chunk(s) (100%), T elapsed",  # the write is a phase of its own
+            # the write is a phase of its own, in three steps: split again, the nodes stored
+            # (a document, a section, 2 paragraphs and 2 sentences a page), the vectors added
+            *[f"s2b: writing 1/3 (splitting): {n}/80 character(s) ({100 * n // 80}%), T elapsed"
+              for n in (13, 26, 32, 40, 53, 66, 72, 80)],
+            "s2b: writing 2/3 (text): 12/12 node(s) (100%), T elapsed",
+            "s2b: writing 3/3 (vectors): 4/4 chunk(s) (100%), T elapsed",
             "s2b: writing the FAISS file: 4/4 vector(s) (100%), T elapsed",
-        ]
+        ]  # fmt: skip
         assert TIMING.fullmatch(out.splitlines()[-1])
         assert ": 4 chunk(s), " in out.splitlines()[-1]
 
@@ -698,6 +733,34 @@ class TestFirstHour:
         assert '$(BIN)/pip install -q -e ".[local,cli]"' in demo
         assert "--group" not in demo
         assert "stores" not in demo
+
+    def test_the_retriever_docstring_installs_from_a_clone(self) -> None:
+        from langchain_s2b import SmallToBigRetriever
+
+        doc = SmallToBigRetriever.__doc__ or ""
+        assert 'pip install -e ".[local]"  # in a clone of the repository (not on PyPI)' in doc
+        assert "pip install -U" not in doc
+
+    def test_the_readme_context_model_snippet_imports_every_name_it_uses(self) -> None:
+        """Every name the snippet reads is imported or assigned in it (or a builtin)."""
+        import ast
+        import builtins
+
+        readme = (ROOT / "README.md").read_text()
+        (snippet,) = [
+            block.split("```")[0]
+            for block in readme.split("```python\n")[1:]
+            if "context_model=ChatAnthropic" in block.split("```")[0]
+        ]
+        tree = ast.parse(snippet)
+        bound = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 for a in n.names}  # fmt: skip
+        bound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)}  # fmt: skip
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Load)}  # fmt: skip
+        assert sorted(read - bound - set(dir(builtins))) == []
+        assert bound >= {"ChatAnthropic", "LocalFileStore", "SmallToBigRetriever", "docs"}
 
     def test_list_json_has_the_model_and_the_size(
         self, guide_store: tuple[Path, Path], capsys
@@ -749,6 +812,35 @@ class TestFirstHour:
             0,
             f"s2b: warning: 1 of 2 question(s) are about 1 document(s) not in {store} "
             "(e.g. doc_id 'sq2-Normans'); they score 0\n",
+        )
+
+    def test_eval_progress_counts_questions_row_by_row(
+        self,
+        guide_store: tuple[Path, Path],
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """``--limit 2`` over 2 modes: each row counts to 2 questions (not one count to 6)."""
+        docs, store = guide_store
+        rows = [
+            {"id": f"q{i}", "question": "What is small?", "answers": ["chunks"],
+             "doc_id": str(docs / "guide.md"), "evidence": [{"start": 0, "end": 24}]}
+            for i in range(3)
+        ]  # fmt: skip
+        questions = tmp_path / "q.jsonl"
+        questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        monkeypatch.setattr(progress, "EVERY", 0.0)  # a line at every step
+        argv = ["eval", "--store", str(store), "--questions", str(questions), "--limit", "2"]
+        code, _, err = _run(capsys, *argv, "--modes", "parent,window")
+        steps = [re.sub(r"\d+:\d\d elapsed", "T elapsed", line) for line in err.splitlines()]
+        assert (code, steps) == (
+            0,
+            [
+                f"s2b: evaluating {n}/3: {row}: {i}/2 question(s) ({50 * i}%), T elapsed"
+                for n, row in enumerate(("sentences (plain chunks)", "parent", "window"), 1)
+                for i in (1, 2)
+            ],
         )
 
     @pytest.mark.parametrize(

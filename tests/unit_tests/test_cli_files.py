@@ -93,10 +93,28 @@ class TestMirror:
         assert (code, out, err) == (0, f"deleted 1 file(s) (1 document(s)) from {store}\n", "")
         code, out, err = _run(
             capsys, "delete", str(docs / "lion.md"), str(docs / "nope.txt"), "--store", str(store)
+        )  # one outcome: a path the index does not hold deletes nothing, and says so
+        assert (code, out, err) == (
+            1,
+            "",
+            f"s2b: error: {docs / 'nope.txt'} is not in the index (see s2b list); "
+            "nothing was deleted\n",
         )
-        assert code == 1
-        assert out == f"deleted 1 file(s) (1 document(s)) from {store}\n"
-        assert err == f"s2b: error: {docs / 'nope.txt'} is not in the index (see s2b list)\n"
+        code, out, err = _run(
+            capsys, "delete", str(docs / "a.txt"), str(docs / "b"), "--store", str(store)
+        )
+        assert (code, out, err) == (
+            1,
+            "",
+            f"s2b: error: {docs / 'a.txt'}, {docs / 'b'} are not in the index (see s2b list); "
+            "nothing was deleted\n",
+        )
+        assert sorted(_sources(capsys, store, "owls lions zebras")) == [
+            str(docs / "lion.md"),
+            str(docs / "zebra.txt"),
+        ]
+        code, out, err = _run(capsys, "delete", str(docs / "lion.md"), "--store", str(store))
+        assert (code, out, err) == (0, f"deleted 1 file(s) (1 document(s)) from {store}\n", "")
         assert _sources(capsys, store, "owls lions zebras") == [str(docs / "zebra.txt")]
         code, out, _ = _run(capsys, "verify", "--store", str(store))
         assert out.endswith("\nok\n")
@@ -219,7 +237,7 @@ class TestFormats:
         top = json.loads(out)["results"][0]
         assert (top["text"], top["metadata"]["start"]) == ("Badgers dig setts.\n", 0)
         code, out, _ = _run(capsys, "query", "kangaroos jump", "--store", str(store), "-k", "1")
-        assert out.splitlines()[0].split("  ")[2:4] == ["paper", "page 2"]
+        assert out.splitlines()[0].split("  ")[3:5] == ["paper", "page 2"]
         code, out, _ = _run(capsys, "list", "--store", str(store))
         assert f"{docs / 'paper.pdf'}  2 document(s), 2 chunk(s)" in out.splitlines()
         code, out, _ = _run(capsys, "verify", "--store", str(store))

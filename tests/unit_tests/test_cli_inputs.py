@@ -247,7 +247,10 @@ class TestNamesShownAreNamesTaken:
         assert run("index", str(tmp_path / "plain.md"), "--store", str(store))[0] == 0
         code, _, err = run("delete", str(tmp_path / self.NAME), "--store", str(store))
         assert code == 1
-        assert err == f"s2b: error: {tmp_path}/{self.SHOWN} is not in the index (see s2b list)\n"
+        assert err == (
+            f"s2b: error: {tmp_path}/{self.SHOWN} is not in the index (see s2b list); "
+            "nothing was deleted\n"
+        )
 
     def test_query_headers_show_the_escaped_title(self, tmp_path: Path) -> None:
         (tmp_path / self.NAME).write_text("Wombats dig burrows markalpha.")

@@ -64,7 +64,7 @@ class TestHostileText:
         assert code == 0
         assert not any(c in out for c in RAW)
         assert "**Quokkas smile  at tourists.**" in out
-        assert out.splitlines()[0].split("  ")[2] == "evil\\x1b[31m\\x07"  # the title, escaped
+        assert out.splitlines()[0].split("  ")[3] == "evil\\x1b[31m\\x07"  # the title, escaped
 
     def test_rich_output(self, hostile_store: Path) -> None:
         class Tty(io.StringIO):
@@ -122,7 +122,7 @@ class TestErrors:
         )
         assert run.stdout is not None
         assert run.stderr is not None
-        assert run.stdout.read(10) == b"#1  score "
+        assert run.stdout.read(10) == b"#1  fused "
         run.stdout.close()  # like `| head`
         err = run.stderr.read()
         assert (run.wait(timeout=120), err) == (0, b"")
@@ -268,3 +268,29 @@ class TestDefaults:
         argv += ["--parent-level", "paragraph"]
         code, out, _ = _run(capsys, *argv)  # 8 paragraph parents: k (default 4) of them
         assert (code, len(json.loads(out)["results"])) == (0, 4)
+
+
+def test_the_header_names_the_score_that_ranks_and_the_cosine() -> None:
+    """Under hybrid search the fused score ranks: shown first and named, the cosine after it."""
+    from langchain_core.documents import Document
+
+    from langchain_s2b.cli import display
+
+    def doc(**scores: float) -> Document:
+        meta = {"source_id": "a", "start": 0, "end": 6, "mode": "parent", "level": "section"}
+        return Document(page_content="Rollo.", metadata={**meta, **scores})
+
+    ranked = [doc(score=0.48, fused_score=1.893), doc(score=0.52, fused_score=1.611)]
+    headers = [display.plain(d, i, 0).splitlines()[0] for i, d in enumerate(ranked, 1)]
+    assert headers == [
+        "#1  fused 1.893  cosine 0.480  a  [parent/section, chars 0-6]",
+        "#2  fused 1.611  cosine 0.520  a  [parent/section, chars 0-6]",
+    ]
+    reranked = doc(score=0.5, fused_score=2.0, rerank_score=0.25)
+    assert display.plain(reranked, 1, 0).splitlines()[0] == (
+        "#1  rerank 0.250  cosine 0.500  a  [parent/section, chars 0-6]"
+    )
+    assert display.plain(doc(score=0.5), 1, 0).splitlines()[0] == (
+        "#1  cosine 0.500  a  [parent/section, chars 0-6]"
+    )
+    assert [display.result_json(d, 1)["fused_score"] for d in ranked] == [1.893, 1.611]

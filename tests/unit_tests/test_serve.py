@@ -12,9 +12,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.documents import Document
+from mcp.types import CallToolResult
 from pydantic import BaseModel, ValidationError
 
 from langchain_s2b.cli import commands as cli
@@ -371,7 +373,8 @@ def test_search_result_and_text_from_documents() -> None:
         page_content="Rollo led.\x1b[31m Red.",
         metadata={
             "source_id": "/d/a.pdf#page=2", "source": "/d/a.pdf", "title": "a", "page": 2,
-            "start": 10, "end": 30, "score": 0.5, "mode": "window", "level": "sentence",
+            "start": 10, "end": 30, "score": 0.5, "fused_score": 1.25, "mode": "window",
+            "level": "sentence",
             "matches": [{"key": "k", "split_id": 1, "score": 0.5, "start": 10, "end": 20}],
         },
     )  # fmt: skip
@@ -386,14 +389,16 @@ def test_search_result_and_text_from_documents() -> None:
             {
                 "rank": 1, "source": "/d/a.pdf#page=2", "title": "a", "heading": None,
                 "page": 2, "start": 10,
-                "end": 30, "score": 0.5, "mode": "window", "level": "sentence", "tokens": None,
+                "end": 30, "score": 0.5, "fused_score": 1.25, "mode": "window",
+                "level": "sentence", "tokens": None,
                 "text": "Rollo led.\x1b[31m Red.",
                 "matches": [{"start": 10, "end": 20, "score": 0.5}],
             }
         ],
     }  # fmt: skip
     assert serve.search_text([doc]) == (
-        "#1  score 0.500  a  page 2  source /d/a.pdf#page=2  [window/sentence, chars 10-30]\n"
+        "#1  fused 1.250  cosine 0.500  a  page 2  source /d/a.pdf#page=2  "
+        "[window/sentence, chars 10-30]\n"
         "**Rollo led.** Red.\n"
     )
     assert serve.search_text([]) == "no results"
@@ -512,3 +517,38 @@ def test_a_search_without_k_or_mode_packs_as_many_as_fit() -> None:
     assert (options["mode"], options["k"], options["max_tokens"]) == ("pack", None, 300)
     result = serve.search_result("q", options, [])
     assert (result.mode, result.k, result.max_tokens, result.contexts) == ("pack", None, 300, [])
+
+
+async def test_integer_arguments_are_integers_not_booleans_nor_strings(store: Path) -> None:
+    """The schema says integer: ``true`` (a bool) and ``"3"`` are refused, not read as 1 and 3."""
+    from mcp.server.fastmcp.exceptions import ToolError
+
+    server = serve.build_server(LiveStore(store))
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("search", {"query": "Rollo", "k": True}),
+        ("search", {"query": "Rollo", "k": "3"}),
+        ("search", {"query": "Rollo", "k": 2.5}),
+        ("search", {"query": "Rollo", "max_tokens": "30"}),
+        ("read", {"source": "x", "start": False}),
+        ("read", {"source": "x", "end": "3"}),
+        ("read", {"source": "x", "max_tokens": True}),
+    ]
+    errors = []
+    for name, arguments in bad:
+        with pytest.raises(ToolError) as caught:
+            await server.call_tool(name, arguments)
+        errors.append(str(caught.value))
+    assert errors == [
+        "search: k: Input should be a valid integer; got True",
+        "search: k: Input should be a valid integer; got '3'",
+        "search: k: Input should be a valid integer; got 2.5",
+        "search: max_tokens: Input should be a valid integer; got '30'",
+        "read: start: Input should be a valid integer; got False",
+        "read: end: Input should be a valid integer; got '3'",
+        "read: max_tokens: Input should be a valid integer; got True",
+    ]
+    found = await server.call_tool("search", {"query": "Rollo", "k": 1, "mode": "parent"})
+    assert isinstance(found, CallToolResult)
+    assert [c["source"] for c in found.structuredContent["contexts"]] == [
+        str(store.parent / "corpus" / "normans.md")
+    ]

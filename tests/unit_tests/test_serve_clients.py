@@ -229,13 +229,13 @@ async def test_stdio_search_returns_the_right_context_as_s2b_query_does(
     # the text for the model: `s2b query`'s plain form, whole, naming each source id
     text = _text(result)
     first = text.splitlines()[0]
-    score = contexts[0]["score"]
+    fused, score = contexts[0]["fused_score"], contexts[0]["score"]
     assert first == (  # the heading path (headers are on by default) after §
-        f"#1  score {score:.3f}  normans  § normans  source {normans}  "
+        f"#1  fused {fused:.3f}  cosine {score:.3f}  normans  § normans  source {normans}  "
         "[parent/section, chars 0-178]"
     )
     assert f"**{ROLLO_SENTENCE}**" in text
-    assert text.count("#2  score") == 1
+    assert text.count("#2  fused") == 1
     assert errlog.read_text() == ""
 
 
@@ -272,8 +272,7 @@ async def test_stdio_read_and_bad_input_are_one_line_errors_and_the_server_goes_
         "search: k must be from 1 to 100; got -1",
         "search: $and takes a non-empty list of filters; got 5.",
         f"search: unknown filter operator '$regex' for field 'title'; {allowed}",
-        "search: k: Input should be a valid integer, unable to parse string as an integer; "
-        "got 'three'",
+        "search: k: Input should be a valid integer; got 'three'",
         f"read: '/etc/passwd' is not a source in the index at {store}; "
         "read takes a source id from the search results",
         "read: start must be 0 or more; got -1",
@@ -608,7 +607,7 @@ async def test_langchain_agent_cites_the_context_through_mcp_adapters(
     normans = corpus / "normans.md"
     _check_rollo_context(context, normans)
     assert messages[-1].text == (
-        f"According to #1  score {context['score']:.3f}  normans  § normans  source {normans}  "
-        "[parent/section, chars 0-178]"
+        f"According to #1  fused {context['fused_score']:.3f}  cosine {context['score']:.3f}  "
+        f"normans  § normans  source {normans}  [parent/section, chars 0-178]"
     )
     assert errlog.read_text() == ""
