@@ -11,6 +11,8 @@ calls it again, twice as deep, until the mode has its ``k`` results, or, with
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -137,12 +139,32 @@ class RerankerError(ValueError):
     """A reranker failed, returned documents it was not given, or dropped them all."""
 
 
+def _given_score(doc: Document, key: str, name: str) -> float | None:
+    """A document's ``relevance_score``: any real number (numpy's too), finite; else ``None``.
+
+    A NaN or an infinity is refused: the relevance is the z-score of the scores,
+    which neither has (one infinity makes every z-score NaN).
+    """
+    given = doc.metadata.get("relevance_score")
+    if not isinstance(given, numbers.Real) or isinstance(given, bool):
+        return None
+    score = float(given)
+    if not math.isfinite(score):
+        msg = (
+            f"The reranker {name} gave relevance_score {score!r} to child {key!r}; "
+            "it must be a finite number: scores are compared on their z-scores."
+        )
+        raise RerankerError(msg)
+    return score
+
+
 def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ranked]:
     """The first ``n`` hits as the reranker orders them (those it drops are gone).
 
     Each hit goes to it as a ``Document`` of the child's text with its key as ``id``
     (and in ``metadata["key"]``). Its ``relevance_score`` metadata, where it gives one
-    for every document, is the ``rerank_score``; else the place it gave: ``(n - p) / n``.
+    for every document (any real number, numpy's too; a NaN or an infinity is an error),
+    is the ``rerank_score``; else the place it gave: ``(n - p) / n``.
     The relevance is then the z-score of those scores; no deeper child is evidence.
     A reranker that drops children has judged the rest: no deeper search follows.
     """
@@ -177,13 +199,7 @@ def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ra
             )
             raise RerankerError(msg)
         if all(key != hit.key for hit, _ in order):
-            given = doc.metadata.get("relevance_score")
-            score = (
-                float(given)
-                if isinstance(given, int | float) and not isinstance(given, bool)
-                else None
-            )
-            order.append((by_key[key], score))
+            order.append((by_key[key], _given_score(doc, key, name)))
     if not order:
         msg = f"The reranker {name} dropped all {len(sent)} children it was given."
         raise RerankerError(msg)
