@@ -56,6 +56,7 @@ from langchain_s2b.core.params import (
     Mode,
     QueryParams,
     check,
+    check_query,
     with_overrides,
 )
 from langchain_s2b.core.requests import Op
@@ -610,6 +611,7 @@ def _check_query(query: Any) -> None:
     if not isinstance(query, str):
         msg = f"A query must be a string; got {type(query).__name__} ({query!r:.60})."
         raise TypeError(msg)
+    check_query(query)
 
 
 def _one_line(err: ValidationError) -> str:

@@ -111,6 +111,20 @@ def check(params: QueryParams) -> QueryParams:
     return params
 
 
+def check_query(query: str) -> None:
+    """Refuse a query without a word: empty or only whitespace (one-line ``ValueError``).
+
+    LangChain's retrievers leave this open; an empty query would still be
+    embedded and answered with whatever lies nearest to nothing.
+    """
+    if not query.strip():
+        msg = (
+            f"The query is empty (got {query[:60]!r}); give a question or keywords, "
+            "e.g. 'who was Rollo?'."
+        )
+        raise ValueError(msg)
+
+
 def with_overrides(base: QueryParams, overrides: Mapping[str, Any]) -> QueryParams:
     """Apply ``invoke(q, **overrides)``; unknown names are an error, not ignored."""
     unknown = sorted(set(overrides) - OVERRIDABLE)
