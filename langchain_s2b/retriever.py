@@ -176,6 +176,9 @@ class SmallToBigRetriever(BaseRetriever):
     """Parent mode: the level of the parent returned (default: the child's nearest ancestor)."""
     reranker: BaseDocumentCompressor | None = None
     """Reorders the ``fetch_k`` best children before the evidence and any budget (not saved)."""
+    score_threshold: float | None = None
+    """A floor on ``score`` (the cosine, in the embedding model's own units): a result whose
+    best hit scores below it is not returned, in every mode; ``None`` (the default): off."""
     margin: float = Field(default=MARGIN, ge=0)
     """Evidence: hits within this many standard deviations of the query's scores of the best."""
     merge_threshold: float | None = Field(default=None, ge=0, lt=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
@@ -37,6 +38,7 @@ class QueryParams:
     token_counter: TokenCounter = approximate_tokens
     parent_level: str | None = None
     reranker: Any = None
+    score_threshold: float | None = None
 
     @property
     def count(self) -> int | None:
@@ -103,6 +105,14 @@ def check(params: QueryParams) -> QueryParams:
     if params.parent_level is not None and not isinstance(params.parent_level, str):
         got = params.parent_level
         msg = f"parent_level must be a level name such as 'section', or None; got {got!r}."
+        raise ValueError(msg)
+    floor = params.score_threshold
+    if floor is not None and (
+        isinstance(floor, bool)
+        or not isinstance(floor, numbers.Real)
+        or not -1 <= float(floor) <= 1  # NaN fails it too
+    ):
+        msg = f"score_threshold must be a cosine from -1 to 1, or None (off); got {floor!r}."
         raise ValueError(msg)
     threshold = params.merge_threshold
     if threshold is not None and not 0 <= threshold < 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.documents import Document
 
@@ -79,6 +79,8 @@ def ranked(
     the first ``rerank`` (default ``fetch_k``) children.
     """
     ranking = yield from _searched(query, vector, params, depth)
+    if params.score_threshold is not None:
+        ranking = floored(ranking, params.score_threshold)
     if params.reranker is None:
         return ranking
     return (yield from _reranked(query, ranking, params, rerank or params.fetch_k))
@@ -113,6 +115,30 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
     hits = [by_key[key] for key, _ in order]
     return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound)
+
+
+def floored(ranking: Ranked, floor: float) -> Ranked:
+    """The hits whose ``score`` (the cosine) is at least ``floor``; the others are gone.
+
+    Dropped before the modes group them (no result, match, evidence or budget is
+    spent on them) and before a reranker sees them; the query's scale stays the
+    one measured on all its scores, so a kept hit's relevance does not change.
+    When the best score a child left out of the search may have is below the
+    floor, no deeper search can add a hit: the search is exhausted.
+    """
+    hits = [hit for hit in ranking.hits if hit.score >= floor]
+    kept = {hit.key for hit in hits}
+    fused = ranking.fused
+    done = ranking.last is not None and ranking.last < floor
+    return replace(
+        ranking,
+        hits=hits,
+        relevance={key: z for key, z in ranking.relevance.items() if key in kept},
+        fused=None if fused is None else {key: s for key, s in fused.items() if key in kept},
+        exhausted=ranking.exhausted or done,
+        last=None if done else ranking.last,
+        bound=None if done else ranking.bound,
+    )
 
 
 def _lowest_left_out(hits: Sequence[Hit], found: Found) -> float:
