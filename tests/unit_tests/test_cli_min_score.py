@@ -125,7 +125,7 @@ class TestServe:
         (search,) = [t for t in anyio.run(server.list_tools) if t.name == "search"]
         floor = search.inputSchema["properties"]["min_score"]
         assert (floor["minimum"], floor["maximum"]) == (-1, 1)
-        assert "min_score: leave out contexts whose best match's cosine" in search.description
+        assert "min_score: leave out contexts whose best match's cosine" in str(search.description)
 
 
 def serve_errors() -> type[Exception]:
