@@ -107,6 +107,8 @@ class SmallToBigRetriever(BaseRetriever):
             default), as measured; a callable ``(document, leaf) -> str`` writes its own.
         context_model: a chat model that writes a context for each paragraph,
             embedded and searched with its children (Anthropic's contextual retrieval).
+        score_threshold: a floor on the cosine (``None``: off); results whose best
+            hit scores below it are not returned, so an answer may be empty.
 
     Instantiate:
         .. code-block:: python
