@@ -20,11 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from models import MODELS, load_model  # type: ignore[import-not-found]
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.evaluation.data import load_documents, load_questions
-
-from models import MODELS, load_model  # type: ignore[import-not-found]
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "squad2-dev"
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
@@ -44,7 +43,10 @@ def best_cosines(model_name: str) -> dict[str, list[float]]:
         by_doc[q.doc_id].append(q.question)
     out: dict[str, list[float]] = {"own": [], "other": []}
     for doc_id, asked in by_doc.items():
-        for name, flt in (("own", {"source_id": doc_id}), ("other", {"source_id": {"$ne": doc_id}})):
+        for name, flt in (
+            ("own", {"source_id": doc_id}),
+            ("other", {"source_id": {"$ne": doc_id}}),
+        ):
             for found in r.batch(asked, filter=flt):
                 out[name].append(found[0].metadata["score"])
     return out
