@@ -57,7 +57,7 @@ def report(model_name: str, scores: dict[str, list[float]]) -> dict[str, object]
     table: dict[str, object] = {"model": model_name, "questions": len(own)}
     for name, values in (("own", own), ("other", other)):
         table[name] = {f"p{p}": round(float(np.percentile(values, p)), 3) for p in PERCENTILES}
-    floors = np.round(np.arange(-0.2, 1.0, 0.05), 2)
+    floors = np.round(np.arange(-0.2, 1.0, 0.01), 2)
     table["floors"] = {
         f"{f:.2f}": {
             "own_kept": round(float((own >= f).mean()), 3),
@@ -78,8 +78,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=MODELS, default="e5")
     parser.add_argument("--json", metavar="FILE", help="write the table here too")
+    parser.add_argument("--raw", metavar="FILE", help="write every question's two scores here")
     args = parser.parse_args()
-    table = report(args.model, best_cosines(args.model))
+    scores = best_cosines(args.model)
+    if args.raw:
+        Path(args.raw).write_text(json.dumps(scores) + "\n")
+    table = report(args.model, scores)
     text = json.dumps(table, indent=1)
     print(text)
     if args.json:
