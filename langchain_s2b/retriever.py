@@ -57,6 +57,7 @@ from langchain_s2b.core.params import (
     Mode,
     QueryParams,
     check,
+    check_query,
     check_tree,
     with_overrides,
 )
@@ -108,6 +109,8 @@ class SmallToBigRetriever(BaseRetriever):
             default), as measured; a callable ``(document, leaf) -> str`` writes its own.
         context_model: a chat model that writes a context for each paragraph,
             embedded and searched with its children (Anthropic's contextual retrieval).
+        score_threshold: a floor on the cosine (``None``: off); results whose best
+            hit scores below it are not returned, so an answer may be empty.
 
     Instantiate:
         .. code-block:: python
@@ -177,6 +180,9 @@ class SmallToBigRetriever(BaseRetriever):
     """Parent mode: the level of the parent returned (default: the child's nearest ancestor)."""
     reranker: BaseDocumentCompressor | None = None
     """Reorders the ``fetch_k`` best children before the evidence and any budget (not saved)."""
+    score_threshold: float | None = None
+    """A floor on ``score`` (the cosine, in the embedding model's own units): a result whose
+    best hit scores below it is not returned, in every mode; ``None`` (the default): off."""
     margin: float = Field(default=MARGIN, ge=0)
     """Evidence: hits within this many standard deviations of the query's scores of the best."""
     confidence: float = Field(default=CONFIDENCE, ge=0)
@@ -615,6 +621,7 @@ def _check_query(query: Any) -> None:
     if not isinstance(query, str):
         msg = f"A query must be a string; got {type(query).__name__} ({query!r:.60})."
         raise TypeError(msg)
+    check_query(query)
 
 
 def _one_line(err: ValidationError) -> str:

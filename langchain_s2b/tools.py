@@ -19,6 +19,8 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
+from langchain_s2b.core.params import check_query
+
 DEFAULT_TOOL_NAME = "search_documents"
 DEFAULT_TOOL_DESCRIPTION = (
     "Search the indexed documents. Returns the passages most relevant to the query, "
@@ -136,10 +138,12 @@ def as_tool(
         raise ValueError(msg)
 
     def search(query: str, callbacks: Callbacks = None) -> tuple[str, list[Document]]:
+        check_query(query)
         docs = retriever.invoke(query, config={"callbacks": callbacks}, **retrieval_kwargs)
         return format_docs(docs, max_chars) or "No results.", docs
 
     async def asearch(query: str, callbacks: Callbacks = None) -> tuple[str, list[Document]]:
+        check_query(query)
         docs = await retriever.ainvoke(query, config={"callbacks": callbacks}, **retrieval_kwargs)
         return format_docs(docs, max_chars) or "No results.", docs
 

@@ -39,7 +39,13 @@ from langchain_s2b.cli.index_dir import (
 )
 from langchain_s2b.cli.loaders import SUFFIXES, Found, find_files, own_path, resolved
 from langchain_s2b.cli.options import EMBEDDING_ENV, TOKEN_ENV
-from langchain_s2b.cli.querying import TOKEN_COUNTERS, cut_question, damaged, query_options
+from langchain_s2b.cli.querying import (
+    TOKEN_COUNTERS,
+    cut_question,
+    damaged,
+    no_results,
+    query_options,
+)
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import encode_source_key, manifest_key
 from langchain_s2b.store.sqlite import Damage, Database
@@ -235,6 +241,7 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         max_tokens=args.max_tokens,
         parent_level=args.parent_level,
         token_counter=args.token_counter,
+        min_score=args.min_score,
     )
     with _reading(open_store(Path(args.store), wanted_embedding(args))) as store:
         question, cut = cut_question(store.cache.model, args.question)
@@ -251,7 +258,7 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
         }
         print(safe_json(json.dumps(payload, ensure_ascii=False, indent=2)), file=out)
     elif not docs:
-        print("no results", file=out)
+        print(no_results(args.min_score, "--min-score"), file=out)
     elif out.isatty() and display.has_rich():
         display.print_rich(docs, args.max_chars, out)
     else:

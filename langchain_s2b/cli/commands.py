@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sqlite3
 import sys
@@ -137,6 +138,17 @@ def _int(minimum: int, maximum: int | None = None) -> Any:
     return parse
 
 
+def _cosine(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not -1 <= value <= 1:  # NaN fails it too
+        msg = f"must be a number from -1 to 1 (a cosine), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _modes(text: str) -> list[str]:
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
@@ -200,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     query.add_argument("--window-size", type=_int(0), metavar="N", help="window: neighbours")
     query.add_argument("--max-tokens", type=_int(1), metavar="N", help="token ceiling, all results")
+    query.add_argument(
+        "--min-score", type=_cosine, metavar="X",
+        help="drop contexts whose best match's cosine is below X, -1 to 1, in the model's own "
+        "units (default: off; see the README for what a value means per model)",
+    )  # fmt: skip
     _token_counter_option(query)
     query.add_argument(
         "--parent-level",

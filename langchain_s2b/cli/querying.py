@@ -78,16 +78,25 @@ def query_options(
     parent_level: str | None = None,
     token_counter: str = DEFAULT_COUNTER,
     filter: Any = None,
+    min_score: float | None = None,
 ) -> dict[str, Any]:
     """The ``retriever.invoke`` options of one query; ``None`` means the default.
 
     ``mode`` and ``k`` are always given (their defaults are the Python API's:
     ``k=None`` is :data:`DEFAULT_K` results, or under ``max_tokens`` as many as
     fit); ``k`` is refused outside ``1..MAX_K`` here, and the retriever checks
-    every value and names what is allowed.
+    every value and names what is allowed. ``min_score`` is the retriever's
+    ``score_threshold`` (a cosine from -1 to 1; ``None``: off).
     """
     if isinstance(k, int) and not isinstance(k, bool) and not 1 <= k <= MAX_K:
         msg = f"k must be from 1 to {MAX_K}; got {k}"
+        raise UserError(msg)
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not -1 <= min_score <= 1  # NaN fails it too
+    ):
+        msg = f"min_score must be a cosine from -1 to 1; got {min_score!r}"
         raise UserError(msg)
     options: dict[str, Any] = {"mode": DEFAULT_MODE if mode is None else mode, "k": k}
     given = {
@@ -97,9 +106,21 @@ def query_options(
         "filter": filter,
     }
     options.update((name, value) for name, value in given.items() if value is not None)
+    if min_score is not None:
+        options["score_threshold"] = float(min_score)
     if token_counter != DEFAULT_COUNTER:
         options["token_counter"] = TOKEN_COUNTERS[token_counter]
     return options
+
+
+def no_results(min_score: float | None, option: str) -> str:
+    """The line an empty answer prints: with a floor (``option`` names it), what it held back."""
+    if min_score is None:
+        return "no results"
+    return (
+        f"no results: nothing scored at or above {option} {min_score:g} "
+        "(the cosine of a context's best match)"
+    )
 
 
 def damaged(directory: Path, err: MissingNodeError) -> UserError:

@@ -7,7 +7,7 @@
 
 Two tools, built with the official ``mcp`` SDK (the ``mcp`` extra):
 
-- ``search(query, mode?, k?, max_tokens?, filter?)``: the contexts that answer
+- ``search(query, mode?, k?, max_tokens?, filter?, min_score?)``: the contexts that answer
   the query. The text, for the model, is each context as ``s2b query`` prints
   it (rank, score, title, source id, page and span, the matched sentences in
   ``**bold**``, no escape sequences); the structured content is a
@@ -56,7 +56,14 @@ from langchain_s2b.cli import display
 from langchain_s2b.cli.errors import UserError, one_line, safe
 from langchain_s2b.cli.live import Holdings, LiveStore
 from langchain_s2b.cli.options import TOKEN_ENV as TOKEN_ENV
-from langchain_s2b.cli.querying import DEFAULT_K, DEFAULT_MODE, MAX_K, cut_question, query_options
+from langchain_s2b.cli.querying import (
+    DEFAULT_K,
+    DEFAULT_MODE,
+    MAX_K,
+    cut_question,
+    no_results,
+    query_options,
+)
 from langchain_s2b.core.budget import approximate_tokens, fitting_prefix
 from langchain_s2b.core.filters import check_dict_filter
 from langchain_s2b.core.params import MODES, Mode
@@ -146,6 +153,10 @@ class SearchResult(BaseModel):
         default=None, description="the cap asked for (none: 4, or with max_tokens as many as fit)"
     )
     max_tokens: int | None = None
+    min_score: float | None = Field(
+        default=None,
+        description="the floor asked for: contexts whose best match scored less are left out",
+    )
     contexts: list[Context]
 
 
@@ -177,18 +188,22 @@ def search_result(
         mode=options["mode"],
         k=options["k"],
         max_tokens=options.get("max_tokens"),
+        min_score=options.get("score_threshold"),
         contexts=[Context.of(doc, rank) for rank, doc in enumerate(docs, 1)],
     )
 
 
-def search_text(docs: Sequence[Document], note: str | None = None) -> str:
+def search_text(
+    docs: Sequence[Document], note: str | None = None, min_score: float | None = None
+) -> str:
     """The text for the model: every context as ``s2b query`` prints it, whole, with its id.
 
-    ``note``: a first line saying how the query was cut, when it was.
+    ``note``: a first line saying how the query was cut, when it was. No context:
+    one line that says so (and, with ``min_score``, that nothing reached it).
     """
     first = [f"note: {one_line(note)}"] if note else []
     contexts = [display.plain(doc, rank, 0, cite=True) for rank, doc in enumerate(docs, 1)]
-    return "\n".join(first + (contexts or ["no results"]))
+    return "\n".join(first + (contexts or [no_results(min_score, "min_score")]))
 
 
 def check_query(query: str) -> None:
@@ -276,7 +291,8 @@ SEARCH_HOW = (
     "(the sentences around each match) or multilevel (the smallest part of the document "
     f"that covers the evidence). k: how many contexts (default {DEFAULT_K}; with "
     f"max_tokens as many as fit; at most {MAX_K}). max_tokens: a ceiling on all contexts "
-    "together. filter: on the "
+    "together. min_score: leave out contexts whose best match's cosine is below it (off "
+    "unless given; with it, no context can be the answer). filter: on the "
     "documents' metadata (source: the file path; title; page for PDFs), e.g. "
     '{"source": "/docs/a.md"} or {"page": {"$lte": 3}}; operators $eq $ne $gt $gte $lt '
     "$lte $in $nin $and $or $not. A query longer than the embedding model reads is cut "
@@ -453,15 +469,28 @@ def build_server(
         filter: Annotated[
             dict[str, Any] | None, Field(description='metadata filter, e.g. {"source": "/a.md"}')
         ] = None,
+        min_score: Annotated[
+            float | None,
+            Field(
+                description=(
+                    "leave out contexts whose best match's cosine is below this, in the "
+                    "store's model's units (default: none left out)"
+                ),
+                json_schema_extra={"minimum": -1, "maximum": 1},
+                strict=True,  # a number: not true, not "0.5"
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SearchResult]:
         check_query(query)
-        options = query_options(mode=mode, k=k, max_tokens=max_tokens, filter=filter)
+        options = query_options(
+            mode=mode, k=k, max_tokens=max_tokens, filter=filter, min_score=min_score
+        )
         if filter is not None:
             check_dict_filter(filter)
         searched, note, docs = await anyio.to_thread.run_sync(ask, live, query, options)
         result = search_result(searched, options, docs, cut=note is not None)
         return CallToolResult(
-            content=[TextContent(type="text", text=search_text(docs, note))],
+            content=[TextContent(type="text", text=search_text(docs, note, min_score))],
             structuredContent=result.model_dump(mode="json"),
         )
 

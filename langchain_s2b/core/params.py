@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
@@ -40,6 +41,7 @@ class QueryParams:
     token_counter: TokenCounter = approximate_tokens
     parent_level: str | None = None
     reranker: Any = None
+    score_threshold: float | None = None
 
     @property
     def count(self) -> int | None:
@@ -107,11 +109,33 @@ def check(params: QueryParams) -> QueryParams:
         got = params.parent_level
         msg = f"parent_level must be a level name such as 'section', or None; got {got!r}."
         raise ValueError(msg)
+    floor = params.score_threshold
+    if floor is not None and (
+        isinstance(floor, bool)
+        or not isinstance(floor, numbers.Real)
+        or not -1 <= float(floor) <= 1  # NaN fails it too
+    ):
+        msg = f"score_threshold must be a cosine from -1 to 1, or None (off); got {floor!r}."
+        raise ValueError(msg)
     threshold = params.merge_threshold
     if threshold is not None and not 0 <= threshold < 1:
         msg = f"merge_threshold must be in [0, 1) or None; got {threshold!r}."
         raise ValueError(msg)
     return params
+
+
+def check_query(query: str) -> None:
+    """Refuse a query without a word: empty or only whitespace (one-line ``ValueError``).
+
+    LangChain's retrievers leave this open; an empty query would still be
+    embedded and answered with whatever lies nearest to nothing.
+    """
+    if not query.strip():
+        msg = (
+            f"The query is empty (got {query[:60]!r}); give a question or keywords, "
+            "e.g. 'who was Rollo?'."
+        )
+        raise ValueError(msg)
 
 
 def with_overrides(base: QueryParams, overrides: Mapping[str, Any]) -> QueryParams:

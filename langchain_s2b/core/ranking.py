@@ -11,8 +11,10 @@ calls it again, twice as deep, until the mode has its ``k`` results, or, with
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.documents import Document
 
@@ -79,6 +81,8 @@ def ranked(
     the first ``rerank`` (default ``fetch_k``) children.
     """
     ranking = yield from _searched(query, vector, params, depth)
+    if params.score_threshold is not None:
+        ranking = floored(ranking, params.score_threshold)
     if params.reranker is None:
         return ranking
     return (yield from _reranked(query, ranking, params, rerank or params.fetch_k))
@@ -115,6 +119,30 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound)
 
 
+def floored(ranking: Ranked, floor: float) -> Ranked:
+    """The hits whose ``score`` (the cosine) is at least ``floor``; the others are gone.
+
+    Dropped before the modes group them (no result, match, evidence or budget is
+    spent on them) and before a reranker sees them; the query's scale stays the
+    one measured on all its scores, so a kept hit's relevance does not change.
+    When the best score a child left out of the search may have is below the
+    floor, no deeper search can add a hit: the search is exhausted.
+    """
+    hits = [hit for hit in ranking.hits if hit.score >= floor]
+    kept = {hit.key for hit in hits}
+    fused = ranking.fused
+    done = ranking.last is not None and ranking.last < floor
+    return replace(
+        ranking,
+        hits=hits,
+        relevance={key: z for key, z in ranking.relevance.items() if key in kept},
+        fused=None if fused is None else {key: s for key, s in fused.items() if key in kept},
+        exhausted=ranking.exhausted or done,
+        last=None if done else ranking.last,
+        bound=None if done else ranking.bound,
+    )
+
+
 def _lowest_left_out(hits: Sequence[Hit], found: Found) -> float:
     """The best score a child the search did not return may have."""
     if found.tied is not None:
@@ -141,12 +169,32 @@ class RerankerError(ValueError):
     """A reranker failed, returned documents it was not given, or dropped them all."""
 
 
+def _given_score(doc: Document, key: str, name: str) -> float | None:
+    """A document's ``relevance_score``: any real number (numpy's too), finite; else ``None``.
+
+    A NaN or an infinity is refused: the relevance is the z-score of the scores,
+    which neither has (one infinity makes every z-score NaN).
+    """
+    given = doc.metadata.get("relevance_score")
+    if not isinstance(given, numbers.Real) or isinstance(given, bool):
+        return None
+    score = float(given)
+    if not math.isfinite(score):
+        msg = (
+            f"The reranker {name} gave relevance_score {score!r} to child {key!r}; "
+            "it must be a finite number: scores are compared on their z-scores."
+        )
+        raise RerankerError(msg)
+    return score
+
+
 def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ranked]:
     """The first ``n`` hits as the reranker orders them (those it drops are gone).
 
     Each hit goes to it as a ``Document`` of the child's text with its key as ``id``
     (and in ``metadata["key"]``). Its ``relevance_score`` metadata, where it gives one
-    for every document, is the ``rerank_score``; else the place it gave: ``(n - p) / n``.
+    for every document (any real number, numpy's too; a NaN or an infinity is an error),
+    is the ``rerank_score``; else the place it gave: ``(n - p) / n``.
     The relevance is then the z-score of those scores; no deeper child is evidence.
     A reranker that drops children has judged the rest: no deeper search follows.
     """
@@ -181,13 +229,7 @@ def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ra
             )
             raise RerankerError(msg)
         if all(key != hit.key for hit, _ in order):
-            given = doc.metadata.get("relevance_score")
-            score = (
-                float(given)
-                if isinstance(given, int | float) and not isinstance(given, bool)
-                else None
-            )
-            order.append((by_key[key], score))
+            order.append((by_key[key], _given_score(doc, key, name)))
     if not order:
         msg = f"The reranker {name} dropped all {len(sent)} children it was given."
         raise RerankerError(msg)

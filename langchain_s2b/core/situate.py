@@ -15,13 +15,15 @@ parent is about the size of the ~800-token chunks the recipe was measured on,
 while a one- or two-sentence context beside a single sentence would outweigh
 it in the embedding. The leaves of a piece share its context.
 
-**Cache key**: the SHA-256 of the prompt's version, the model's name, the
-document's text and the piece's text (:func:`cache_key`), so an unchanged
-document never costs a call, whatever else changed (its metadata, the header
-setting, a repair).
-
 A document longer than :data:`DOCUMENT_CHARS` is shown as the
-:data:`DOCUMENT_CHARS` characters around the piece.
+:data:`DOCUMENT_CHARS` characters around the piece (:func:`window`).
+
+**Cache key**: the SHA-256 of what the model is shown: the prompt's version,
+the model's name, the document's text, the window shown of a long document
+(its start and end) and the piece's text (:func:`cache_key`), so an unchanged
+document never costs a call, whatever else changed (its metadata, the header
+setting, a repair), and two equal pieces of a long document shown in two
+windows are two prompts with two contexts.
 """
 
 from __future__ import annotations
@@ -58,10 +60,32 @@ def text_digest(text: str) -> str:
     return h.hexdigest()
 
 
-def cache_key(model: str, document_digest: str, piece: str) -> str:
-    """The cache key of one piece's context (see the module docstring)."""
+def window(length: int, start: int, end: int) -> tuple[int, int]:
+    """The span of a document of ``length`` characters that a prompt about ``start:end`` shows.
+
+    The whole document up to :data:`DOCUMENT_CHARS`, else the :data:`DOCUMENT_CHARS`
+    characters around the piece's middle (kept inside the document).
+    """
+    if length <= DOCUMENT_CHARS:
+        return 0, length
+    middle = (start + end) // 2
+    lo = max(0, min(middle - DOCUMENT_CHARS // 2, length - DOCUMENT_CHARS))
+    return lo, lo + DOCUMENT_CHARS
+
+
+def cache_key(
+    model: str, document_digest: str, piece: str, shown: tuple[int, int] | None = None
+) -> str:
+    """The cache key of one piece's context (see the module docstring).
+
+    ``shown``: the window of a long document the prompt shows (``None``: all of it;
+    a short document's keys are those it always had).
+    """
     h = hashlib.sha256()
-    for part in (PROMPT_VERSION, model, document_digest):
+    parts = [PROMPT_VERSION, model, document_digest]
+    if shown is not None:
+        parts.append(f"window {shown[0]}:{shown[1]}")
+    for part in parts:
         h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
     h.update(piece.encode("utf-8", "surrogatepass"))
     return f"s2b-context/{h.hexdigest()}"
@@ -82,13 +106,8 @@ class Piece:
     def prompt(self) -> str:
         """The prompt that asks for this piece's context."""
         text = self.document
-        if len(text) <= DOCUMENT_CHARS:
-            shown = text
-        else:  # the characters around the piece
-            middle = (self.start + self.end) // 2
-            lo = max(0, min(middle - DOCUMENT_CHARS // 2, len(text) - DOCUMENT_CHARS))
-            shown = text[lo : lo + DOCUMENT_CHARS]
-        return PROMPT.format(document=shown, chunk=text[self.start : self.end])
+        lo, hi = window(len(text), self.start, self.end)
+        return PROMPT.format(document=text[lo:hi], chunk=text[self.start : self.end])
 
 
 def pieces(source_id: str, text: str, tree: Tree, model: str) -> tuple[list[Piece], list[int]]:
@@ -113,9 +132,11 @@ def pieces(source_id: str, text: str, tree: Tree, model: str) -> tuple[list[Piec
         if not embedded:
             continue
         piece = text[unit.start : unit.end]
+        shown = window(len(text), unit.start, unit.end) if len(text) > DOCUMENT_CHARS else None
         for i in embedded:
             owner[i] = len(found)
-        found.append(Piece(cache_key(model, digest, piece), source_id, text, unit.start, unit.end))
+        key = cache_key(model, digest, piece, shown)
+        found.append(Piece(key, source_id, text, unit.start, unit.end))
     return found, owner
 
 

@@ -43,6 +43,30 @@ _BY_SCORE = operator.itemgetter(SCORE)
 Vectors = list[list[float]] | None
 
 
+def _finite(emb: Embeddings, query: str, vector: Sequence[float]) -> list[float]:
+    """A query vector as a list; a NaN or an infinity in it is a one-line ``ValueError``.
+
+    Searched, it would score every child NaN (ranked anyhow, or none kept).
+    """
+    out = list(vector)
+    if not np.isfinite(np.asarray(out, dtype=np.float64)).all():
+        msg = (
+            f"The embedding {_name(emb)} returned NaN or infinite values for the query "
+            f"{query[:60]!r}; a query vector must be finite numbers."
+        )
+        raise ValueError(msg)
+    return out
+
+
+def _name(emb: Embeddings) -> str:
+    """An embedding model's class, and the model it names when it names one."""
+    for attr in ("model_name", "model"):
+        value = getattr(emb, attr, None)
+        if isinstance(value, str) and value:
+            return f"{type(emb).__name__} ({value})"
+    return type(emb).__name__
+
+
 class ChildIndex:
     """Searches, adds to, deletes from and lists one child index.
 
@@ -64,14 +88,14 @@ class ChildIndex:
             return None
 
     def embed_query(self, query: str) -> Vector:
-        """The query vector (``None`` if the store embeds queries itself)."""
+        """The query vector (``None`` if the store embeds queries itself); finite, or an error."""
         emb = self.embeddings
-        return None if emb is None else list(emb.embed_query(query))
+        return None if emb is None else _finite(emb, query, emb.embed_query(query))
 
     async def aembed_query(self, query: str) -> Vector:
         """Async :meth:`embed_query`."""
         emb = self.embeddings
-        return None if emb is None else list(await emb.aembed_query(query))
+        return None if emb is None else _finite(emb, query, await emb.aembed_query(query))
 
     def search(self, vector: Vector, query: str, fetch: int, flt: Any) -> Found:
         """The ``fetch`` best children that pass ``flt``, and whether there are no more.
@@ -154,9 +178,8 @@ class ChildIndex:
         if emb is None:
             return [None] * len(queries)
         batched = getattr(emb, "embed_queries", None)
-        if callable(batched):
-            return [list(v) for v in batched(queries)]
-        return [list(emb.embed_query(q)) for q in queries]
+        found = batched(queries) if callable(batched) else [emb.embed_query(q) for q in queries]
+        return [_finite(emb, q, v) for q, v in zip(queries, found, strict=True)]
 
     async def aembed_queries(self, queries: list[str]) -> list[Vector]:
         """Async :meth:`embed_queries` (queries embedded concurrently without a batch API)."""
@@ -165,11 +188,12 @@ class ChildIndex:
             return [None] * len(queries)
         batched = getattr(emb, "aembed_queries", None)
         if callable(batched):
-            return [list(v) for v in await batched(queries)]
-        if callable(getattr(emb, "embed_queries", None)):
+            found = await batched(queries)
+        elif callable(getattr(emb, "embed_queries", None)):
             return await run_in_executor(None, self.embed_queries, queries)
-        found = await asyncio.gather(*(emb.aembed_query(q) for q in queries))
-        return [list(v) for v in found]
+        else:
+            found = await asyncio.gather(*(emb.aembed_query(q) for q in queries))
+        return [_finite(emb, q, v) for q, v in zip(queries, found, strict=True)]
 
     def search_many(
         self, vectors: Sequence[Vector], queries: Sequence[str], fetch: int, flt: Any

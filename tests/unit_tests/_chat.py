@@ -48,6 +48,10 @@ class Situating(BaseChatModel):
     def answer(self, chunk: str) -> str:
         return f"{self.answer_prefix} {' '.join(chunk.split()[:3])}"
 
+    def answer_prompt(self, prompt: str) -> str:
+        """The answer to a whole prompt (by default: :meth:`answer` to its chunk)."""
+        return self.answer(chunk_of(prompt))
+
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
         prompt = str(messages[-1].content)
         chunk = chunk_of(prompt)
@@ -57,5 +61,5 @@ class Situating(BaseChatModel):
             msg = f"the provider refused the chunk {chunk[:20]!r}"
             raise RuntimeError(msg)
         return ChatResult(
-            generations=[ChatGeneration(message=AIMessage(content=self.answer(chunk)))]
+            generations=[ChatGeneration(message=AIMessage(content=self.answer_prompt(prompt)))]
         )

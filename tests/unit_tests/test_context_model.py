@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from typing import Any
 
@@ -11,10 +12,17 @@ from langchain_core.documents import Document
 from langchain_core.stores import InMemoryByteStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core.situate import DOCUMENT_CHARS, PROMPT, Piece
+from langchain_s2b.core.situate import (
+    DOCUMENT_CHARS,
+    PROMPT,
+    PROMPT_VERSION,
+    Piece,
+    cache_key,
+    text_digest,
+)
 from langchain_s2b.store.situator import ContextFailedError
 
-from ._chat import Situating
+from ._chat import Situating, chunk_of
 from .test_headers import Recording
 
 TEXT = """# Normans
@@ -131,6 +139,81 @@ class TestCache:
         asyncio.run(retriever.aadd_documents([_doc()], ["n"]))
         asyncio.run(retriever.aadd_documents([_doc(v=2)], ["n"]))
         assert model.calls == 6
+
+
+SHOWN = re.compile(r"<document>\n(.*?)\n</document>", re.DOTALL)
+
+
+def shown(prompt: str) -> str:
+    """The document (or the window of it) a context prompt shows."""
+    found = SHOWN.search(prompt)
+    assert found is not None, prompt
+    return found.group(1)
+
+
+class WindowAware(Situating):
+    """Answers with the first four words of the document window it was shown."""
+
+    def answer_prompt(self, prompt: str) -> str:
+        return "Shown from: " + " ".join(shown(prompt).split()[:4])
+
+
+class TestLongDocuments:
+    """Over DOCUMENT_CHARS the model is shown a window: the cache key is that window's."""
+
+    # In window mode every sentence is a piece. The same sentence opens and closes a document
+    # of 1,000 numbered 100-character sentences: the two are shown in two windows, the
+    # document's first DOCUMENT_CHARS characters and its last.
+    FILL = tuple(f"Filler sentence {i:04d} {'x' * 77}." for i in range(1_000))
+    BELL = "The bell rang twice."
+    TEXT = " ".join([BELL, *FILL, BELL, ""])  # each bell's leaf: its sentence and a space
+
+    def _add(self, model: Situating, cache: Any = None, *, sync: bool = True) -> Any:
+        retriever = _retriever(model, mode="window", context_cache=cache or InMemoryByteStore())
+        doc = Document(page_content=self.TEXT)
+        if sync:
+            retriever.add_documents([doc], ["n"])
+        else:
+            asyncio.run(retriever.aadd_documents([doc], ["n"]))
+        return retriever
+
+    @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+    def test_equal_pieces_far_apart_are_two_prompts_and_two_contexts(self, sync: bool) -> None:
+        model = WindowAware()
+        retriever = self._add(model, sync=sync)
+        text = self.TEXT
+        assert len(text) == 100_042
+        near, far = text[:DOCUMENT_CHARS], text[-DOCUMENT_CHARS:]
+        asked = [shown(p) for p in model._calls if chunk_of(p).strip() == self.BELL]
+        assert sorted(asked) == sorted([near, far])  # both prompts were sent
+        assert model.calls == 1_002  # one per sentence
+        store = retriever.vectorstore
+        assert isinstance(store, FaissIndex)
+        first, last = store.get_by_ids(["n/sentence/0", "n/sentence/1001"])
+        assert first.page_content == last.page_content == self.BELL + " "
+        assert first.metadata["leaf_context"] == "Shown from: The bell rang twice."
+        # the far window starts at 100,042 - 32,000 = 68,042: sentence 680 (at 21 + 100 * 680)'s x's
+        assert text[68_042 - 21 : 68_042] == "Filler sentence 0680 "
+        assert last.metadata["leaf_context"] == "Shown from: " + " ".join(far.split()[:4])
+        assert " ".join(far.split()[:4]) == f"{'x' * 77}. Filler sentence 0681"
+
+    def test_a_short_documents_keys_are_those_it_always_had(self) -> None:
+        # the whole document shown: no window in the key, so caches filled before stay good
+        digest = text_digest(TEXT)
+        old = hashlib.sha256(
+            f"{PROMPT_VERSION}\x00m\x00{digest}\x00{PARAGRAPHS[1]}".encode()
+        ).hexdigest()
+        assert cache_key("m", digest, PARAGRAPHS[1]) == f"s2b-context/{old}"
+        assert cache_key("m", digest, PARAGRAPHS[1], (0, 9)) != f"s2b-context/{old}"
+
+    def test_the_cache_keeps_both_and_an_unchanged_document_costs_no_call(self) -> None:
+        cache = InMemoryByteStore()
+        first, again = WindowAware(), WindowAware()
+        self._add(first, cache)
+        retriever = self._add(again, cache)
+        assert (first.calls, again.calls) == (1_002, 0)
+        (last,) = retriever.vectorstore.get_by_ids(["n/sentence/1001"])
+        assert last.metadata["leaf_context"].startswith("Shown from: xxx")
 
 
 class TestFailure:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import numpy as np
 import pytest
 from langchain_core.documents import Document
 
@@ -35,6 +36,23 @@ class Reverse(WordOverlap):
     def compress_documents(self, documents: Any, query: str, callbacks: Any = None) -> Any:
         self.calls += 1
         return list(reversed(list(documents)))
+
+
+class NumpyScores(WordOverlap):
+    """The search's order backwards, scored 0.3, 0.2, 0.1 as ``numpy.float32`` (as FlashRank)."""
+
+    given: tuple[Any, ...] = (np.float32(0.3), np.float32(0.2), np.float32(0.1))
+
+    def compress_documents(self, documents: Any, query: str, callbacks: Any = None) -> Any:
+        self.calls += 1
+        return [
+            Document(
+                page_content=d.page_content,
+                metadata={**d.metadata, "relevance_score": score},
+                id=d.id,
+            )
+            for d, score in zip(reversed(list(documents)), self.given, strict=False)
+        ]
 
 
 def retriever(mode: str = "window", **fields: Any) -> SmallToBigRetriever:
@@ -81,6 +99,38 @@ class TestOrder:
             pytest.approx(2 - 2 / 1000),
             pytest.approx(1 - 7 / 1000),
         ]
+
+    @pytest.mark.parametrize("mode", ["parent", "window", "multilevel", "pack"])
+    def test_numpy_scores_are_scores(self, mode: str) -> None:
+        # b, c, a scored 0.3, 0.2, 0.1: the scores given, not the places (1, 2/3, 1/3)
+        docs = retriever(mode, reranker=NumpyScores()).invoke(QUERY, k=3)
+        want = [float(np.float32(x)) for x in (0.3, 0.2, 0.1)]
+        assert [m["rerank_score"] for d in docs for m in d.metadata["matches"]] == want
+        assert sources(docs)[0] == "b"
+
+    @pytest.mark.parametrize(
+        "given", [np.int64(3), 3, np.float64(0.5), 0.5], ids=["np.int64", "int", "np.f64", "f"]
+    )
+    def test_every_real_number_is_a_score(self, given: Any) -> None:
+        r = retriever(reranker=NumpyScores(given=(given, given, given)))
+        assert [d.metadata["rerank_score"] for d in r.invoke(QUERY, k=3)] == [float(given)] * 3
+
+    def test_a_bool_is_no_score(self) -> None:
+        r = retriever(reranker=NumpyScores(given=(True, False, True)))
+        assert [d.metadata["rerank_score"] for d in r.invoke(QUERY, k=3)] == [1.0, 2 / 3, 1 / 3]
+
+    @pytest.mark.parametrize("bad", [np.float32("nan"), float("inf"), np.float64("-inf")])
+    def test_nan_and_infinities_are_refused_in_one_line(self, bad: Any) -> None:
+        r = retriever(reranker=NumpyScores(given=(np.float32(0.3), bad, np.float32(0.1))))
+        message = (
+            rf"^The reranker NumpyScores gave relevance_score {float(bad)!r} "
+            r"to child 'c/sentence/0'; it must be a finite number: "
+            r"scores are compared on their z-scores\.$"
+        )
+        with pytest.raises(RerankerError, match=message):
+            r.invoke(QUERY, k=3)
+        with pytest.raises(RerankerError, match=message):
+            asyncio.run(r.ainvoke(QUERY, k=3))
 
     def test_what_it_drops_is_gone(self) -> None:
         docs = retriever(reranker=WordOverlap(top_n=2)).invoke(QUERY, k=3)

@@ -385,6 +385,7 @@ def test_search_result_and_text_from_documents() -> None:
         "mode": "window",
         "k": 3,
         "max_tokens": None,
+        "min_score": None,
         "contexts": [
             {
                 "rank": 1, "source": "/d/a.pdf#page=2", "title": "a", "heading": None,

@@ -362,7 +362,7 @@ async def test_stdio_refuses_an_empty_query_a_k_out_of_bounds_and_unknown_argume
             tools = {t.name: t for t in (await session.list_tools()).tools}
             results = [await session.call_tool(name, args) for name, args in bad]
             most = await session.call_tool("search", {"query": QUERY, "k": 100, "mode": "parent"})
-    takes = "search takes query, mode, k, max_tokens, filter"
+    takes = "search takes query, mode, k, max_tokens, filter, min_score"
     keywords = "give a question or keywords, e.g. 'who was Rollo?'"
     assert [(r.isError, _text(r)) for r in results] == [
         (True, f"search: query is empty (got ''); {keywords}"),
