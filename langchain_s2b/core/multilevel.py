@@ -45,6 +45,7 @@ from langchain_s2b.core.place import (
     pays,
     placed,
     read_around,
+    returning,
     seed,
 )
 from langchain_s2b.core.ranking import Ranked
@@ -225,8 +226,11 @@ def _ceiling(
             ladder.slot_of(ctx, hit).hits.append(hit)
     slots = ladder.slots
     yield from read_around(slots, ladder.sources, max(RING, ladder.reach))
+    back = yield from returning(
+        slots, ranks, ranking.relevance, budget, params.count, counter, ladder.sources
+    )
     order = sorted(
-        ((ranks[h.key], index, h) for index, slot in enumerate(slots) for h in slot.hits),
+        ((ranks[h.key], i, h) for i, slot in enumerate(slots) for h in slot.hits if h.key in back),
         key=lambda entry: entry[:2],
     )
     order_ = [(i, h) for _, i, h in order]

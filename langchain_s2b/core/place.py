@@ -184,8 +184,16 @@ def grow(
     left: int,
     counter: TokenCounter,
     sources: dict[str, Leaves],
+    *,
+    hits_too: bool = False,
+    count: int | None = None,
 ) -> Op[int]:
-    """Step 3: grow the runs of every slot not taken whole, worth most first; what is left."""
+    """Step 3: grow the runs of every slot not taken whole, worth most first; what is left.
+
+    ``hits_too`` (:func:`returning`'s trial): every hit's own leaf is on offer
+    from the start too, and a leaf that would start one more run than
+    ``count`` is passed over.
+    """
     heap: list[tuple[float, int, str, int, int]] = []
     offered: set[tuple[int, int]] = set()
 
@@ -205,10 +213,15 @@ def grow(
             for run in slot.runs:
                 offer(index, run.first - 1)
                 offer(index, run.last + 1)
+            for hit in slot.hits if hits_too else ():
+                offer(index, hit.split_id)
     while heap and left > 0:
         _, _, _, split, index = heapq.heappop(heap)
         slot = slots[index]
         if slot.run_at(split) is not None:
+            continue
+        alone = not any(r.last + 1 == split or r.first - 1 == split for r in slot.runs)
+        if alone and count is not None and sum(len(s.runs) for s in slots) >= count:
             continue
         leaves = leaves_of(slot, sources)
         if split not in leaves.known:
@@ -222,6 +235,33 @@ def grow(
             offer(index, split - 1)
             offer(index, split + 1)
     return left
+
+
+def returning(
+    slots: Sequence[Slot],
+    ranks: Mapping[str, int],
+    relevance: Mapping[str, float],
+    budget: int,
+    count: int | None,
+    counter: TokenCounter,
+    sources: dict[str, Leaves],
+) -> Op[set[str]]:
+    """The hits that come back: what a budget spent by worth alone would reach, ties whole.
+
+    A trial spends ``budget`` on the slots' hits and their neighbours together,
+    worth most first (as pack mode does, inside the slots): a weak hit's own
+    sentence is worth less than the best hit's next-door one. Every hit at
+    least as relevant as the weakest hit the trial took comes back (so of
+    equal hits, all or none), and :func:`seed` gives each its own leaf before
+    any context is grown.
+    """
+    trial = [Slot(s.source_key, s.level, s.n_splits, s.bounds, list(s.hits)) for s in slots]
+    yield from grow(trial, ranks, budget, counter, sources, hits_too=True, count=count)
+    taken = [relevance[h.key] for _, h in placed(trial)]
+    if not taken:
+        return set()
+    weakest = min(taken)
+    return {h.key for slot in slots for h in slot.hits if relevance[h.key] >= weakest}
 
 
 def _read_more(slot: Slot, split: int, leaves: Leaves) -> Op[None]:

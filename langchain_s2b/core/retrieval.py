@@ -37,6 +37,7 @@ from langchain_s2b.core.place import (
     placed,
     read_around,
     read_into,
+    returning,
     seed,
     sentence_slot,
 )
@@ -205,8 +206,11 @@ def ceiling(
         [sentence_slot(slot, ranking.query, sources) for slot in slots] if mode == "parent" else []
     )
     spent = [f.slot for f in fine] or slots
+    back = yield from returning(
+        spent, ranks, ranking.relevance, budget, params.count, counter, sources
+    )
     order = sorted(
-        ((ranks[h.key], index, h) for index, slot in enumerate(spent) for h in slot.hits),
+        ((ranks[h.key], i, h) for i, slot in enumerate(spent) for h in slot.hits if h.key in back),
         key=lambda entry: entry[:2],
     )
     left = seed(spent, [(i, h) for _, i, h in order], budget, params.count, counter, sources)
