@@ -854,11 +854,48 @@ class Shelf:
     def spent(self) -> int:
         return self.wholes + sum(slot.cost(self.s) for slot in self.slots if not slot.whole)
 
+    def returning(self) -> set[str]:
+        """A trial by worth alone over the hits and their neighbours together; every hit at
+        least as relevant as the weakest one it took comes back."""
+        trial = Shelf(self.s, self.r, self.budget)
+        for slot in self.slots:
+            trial.slots.append(
+                Slot(
+                    slot.source,
+                    slot.hits,
+                    slot.inside,
+                    set(),
+                    False,
+                    slot.leaf_of,
+                    slot.stands_for,
+                    slot.leaves,
+                )
+            )
+        trial.grow(hits_too=True)
+        taken = [
+            self.r.relevance[slot.key_of(h)]
+            for slot in trial.slots
+            for h in slot.hits
+            if h.node.split_id in slot.chosen
+        ]
+        return {
+            slot.key_of(h)
+            for slot in self.slots
+            for h in slot.hits
+            if taken and self.r.relevance[slot.key_of(h)] >= min(taken)
+        }
+
     def seed(self) -> None:
-        """Each hit's own leaf, in rank order, while it fits; never a result past ``k``."""
+        """Each returning hit's own leaf, in rank order, while it fits; never a result past k."""
         rank = self.rank
+        back = self.returning()
         order = sorted(
-            ((rank[slot.key_of(h)], i, h) for i, slot in enumerate(self.slots) for h in slot.hits),
+            (
+                (rank[slot.key_of(h)], i, h)
+                for i, slot in enumerate(self.slots)
+                for h in slot.hits
+                if slot.key_of(h) in back
+            ),
             key=lambda entry: entry[:2],
         )
         for _, i, h in order:
@@ -905,8 +942,9 @@ class Shelf:
         self.wholes += node_tokens
         return True
 
-    def grow(self) -> None:
-        """The most valuable leaf next to a run, while it fits (one that does not: never)."""
+    def grow(self, *, hits_too: bool = False) -> None:
+        """The most valuable leaf next to a run (or, ``hits_too``, any hit's own), while it
+        fits; one that does not, or would start a result past ``k``, never."""
         rank = self.rank
         dropped: set[tuple[int, int]] = set()
         while self.budget - self.spent() > 0:
@@ -914,21 +952,26 @@ class Shelf:
             for i, slot in enumerate(self.slots):
                 if slot.whole:
                     continue
+                own = {h.node.split_id for h in slot.hits} if hits_too else set()
                 for split in slot.inside:
                     if split in slot.chosen or (i, split) in dropped:
                         continue
-                    if split - 1 not in slot.chosen and split + 1 not in slot.chosen:
+                    touching = split - 1 in slot.chosen or split + 1 in slot.chosen
+                    if not touching and split not in own:
                         continue
                     value = sum(
                         0.5 ** abs(split - h.node.split_id) / (rank[slot.key_of(h)] + 1)
                         for h in slot.hits
                     )
                     near = min(abs(split - h.node.split_id) for h in slot.hits)
-                    options.append((-value, near, slot.source.key, split, i))
+                    options.append((-value, near, slot.source.key, split, i, touching))
             if not options:
                 return
-            *_, split, i = min(options)
-            if not self.add(self.slots[i], split):
+            *_, split, i, touching = min(options)
+            runs = sum(len(slot.runs()) for slot in self.slots)
+            if (not touching and self.s.count is not None and runs >= self.s.count) or not self.add(
+                self.slots[i], split
+            ):
                 dropped.add((i, split))
 
 
