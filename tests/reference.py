@@ -969,9 +969,8 @@ class Shelf:
                 return
             *_, split, i, touching = min(options)
             runs = sum(len(slot.runs()) for slot in self.slots)
-            if (not touching and self.s.count is not None and runs >= self.s.count) or not self.add(
-                self.slots[i], split
-            ):
+            past_k = not touching and self.s.count is not None and runs >= self.s.count
+            if past_k or not self.add(self.slots[i], split):
                 dropped.add((i, split))
 
 
