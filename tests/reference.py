@@ -706,32 +706,43 @@ def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document
             assert p is not None
             inside = [n for n in every if p.start <= n.start and n.end <= p.end]
         hits = [h for h in unit.hits if h.node.key in found] or unit.hits[:1]
-        slot = Slot(unit.source, hits, {n.split_id: n for n in inside})
-        shelf.slots.append(sentences_of(slot, s.query) if mode == "parent" else slot)
-    shelf.seed()
-    if mode == "parent":
-        for unit, doc, slot in zip(units, docs, shelf.slots, strict=True):
+        shelf.slots.append(Slot(unit.source, hits, {n.split_id: n for n in inside}))
+    if mode != "parent":
+        shelf.seed()
+    else:  # a hit's chunk when it costs at most a quarter of the budget, else its sentence
+        budget = s.max_tokens
+
+        def whole_leaf(h: Hit) -> bool:
+            text = text_of(h.node)
+            return s.tokens_of(text) * 4 <= budget or len(SENTENCES.split_spans(text)) <= 1
+
+        shelf.seed(trial=False, only=whole_leaf)
+        fines = shelf.finer(len(units), lambda h: not whole_leaf(h))
+        for index, (unit, doc) in enumerate(zip(units, docs, strict=True)):
             p = unit.node
             assert p is not None
-            if slot.chosen:
-                shelf.take([slot], p.start, p.end, doc.metadata["tokens"])
+            parts = [shelf.slots[index], *(f for i, f in fines if i == index)]
+            if any(part.chosen for part in parts):
+                shelf.take(parts, p.start, p.end, doc.metadata["tokens"], parts[:1])
     shelf.grow()
     out = []
     ranks = shelf.rank
-    for doc, slot in zip(docs, shelf.slots, strict=True):
-        runs = slot.runs()
+    extra = list(zip(shelf.owner, shelf.slots[len(units) :], strict=True))
+    for index, (doc, slot) in enumerate(zip(docs, shelf.slots, strict=False)):
+        mine = [f for i, f in extra if i == index]
+        runs = [(slot, run) for slot in [slot, *mine] for run in slot.runs()]
         span = (doc.metadata["start"], doc.metadata["end"])
-        if slot.whole or (len(runs) == 1 and slot.span(runs[0]) == span):
+        if slot.whole or (len(runs) == 1 and runs[0][0] is slot and slot.span(runs[0][1]) == span):
             out.append(doc)
             continue
         cut_from: dict[str, Any] = {"level": doc.metadata["level"]}
         if mode == "parent":
             cut_from["key"] = doc.id
         cut_from.update(start=doc.metadata["start"], end=doc.metadata["end"])
-        for run in sorted(
-            runs, key=lambda run: min(ranks[slot.key_of(h)] for h in slot.hits_in(run))
+        for part, run in sorted(
+            runs, key=lambda pr: min(ranks[pr[0].key_of(h)] for h in pr[0].hits_in(pr[1]))
         ):
-            out.append(slot.cut(run, mode, cut_from, s))
+            out.append(part.cut(run, mode, cut_from, s))
     return out
 
 
@@ -844,6 +855,8 @@ class Shelf:
     r: Ranking
     budget: int
     slots: list[Slot] = field(default_factory=list)
+    owner: list[int] = field(default_factory=list)
+    """Parent mode's fine slots (after the results' own): the result each belongs to."""
     wholes: int = 0
     """Tokens of the nodes taken whole."""
 
@@ -885,20 +898,56 @@ class Shelf:
             if taken and self.r.relevance[slot.key_of(h)] >= min(taken)
         }
 
-    def seed(self) -> None:
-        """Each returning hit's own leaf, in rank order, while it fits; never a result past k."""
+    def seed(self, *, trial: bool = True, only: Callable[[Hit], bool] | None = None) -> None:
+        """Each returning hit's own leaf (``trial=False``: every hit's; ``only`` those it
+        takes), in rank order, while it fits; never a result past k."""
         rank = self.rank
-        back = self.returning()
+        back = self.returning() if trial else None
         order = sorted(
             (
                 (rank[slot.key_of(h)], i, h)
                 for i, slot in enumerate(self.slots)
                 for h in slot.hits
-                if slot.key_of(h) in back
+                if (back is None or slot.key_of(h) in back) and (only is None or only(h))
             ),
             key=lambda entry: entry[:2],
         )
+        self.place([(i, h) for _, i, h in order])
+
+    def finer(self, n: int, wanted: Callable[[Hit], bool]) -> list[tuple[int, Slot]]:
+        """Parent mode: each ``wanted`` hit whose chunk was not placed gets that chunk cut into
+        sentences, a slot of its own (the result's own no longer holds the chunk), and its
+        sentence placed, in rank order."""
+        rank = self.rank
+        order = sorted(
+            ((rank[h.node.key], i, h) for i, slot in enumerate(self.slots[:n]) for h in slot.hits),
+            key=lambda entry: entry[:2],
+        )
+        chunks: dict[tuple[int, int], list[Hit]] = {}
         for _, i, h in order:
+            slot, split = self.slots[i], h.node.split_id
+            if wanted(h) and not slot.whole and split not in slot.chosen and split in slot.inside:
+                chunks.setdefault((i, split), []).append(h)
+        fines = []
+        for (i, split), hits in chunks.items():
+            node = self.slots[i].inside.pop(split)
+            fine = sentences_of(Slot(self.slots[i].source, hits, {split: node}), self.s.query)
+            fines.append((i, fine))
+            self.slots.append(fine)
+            self.owner.append(i)
+        entries = sorted(
+            (
+                (rank[fine.key_of(h)], n + number, h)
+                for number, (_, fine) in enumerate(fines)
+                for h in fine.hits
+            ),
+            key=lambda entry: entry[:2],
+        )
+        self.place([(i, h) for _, i, h in entries])
+        return fines
+
+    def place(self, order: list[tuple[int, Hit]]) -> None:
+        for i, h in order:
             slot, split = self.slots[i], h.node.split_id
             if slot.whole or split in slot.chosen or split not in slot.inside:
                 continue
@@ -915,7 +964,14 @@ class Shelf:
         slot.chosen.discard(split)
         return False
 
-    def take(self, slots: list[Slot], start: int, end: int, node_tokens: int) -> bool:
+    def take(
+        self,
+        slots: list[Slot],
+        start: int,
+        end: int,
+        node_tokens: int,
+        cover_from: list[Slot] | None = None,
+    ) -> bool:
         """Take a node whole when it fits and its placed evidence covers enough of it."""
         held = sum(slot.cost(self.s) for slot in slots)
         extra = node_tokens - held
@@ -924,7 +980,7 @@ class Shelf:
             return False
         reach = max(self.s.before, self.s.after, 1)
         covered: set[tuple[int, int]] = set()
-        for slot in slots:
+        for slot in slots if cover_from is None else cover_from:
             for h in slot.hits:
                 if h.node.split_id not in slot.chosen:
                     continue

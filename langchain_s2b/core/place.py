@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from langchain_core.documents import Document
 
@@ -69,6 +69,8 @@ class Slot:
     runs: list[Run] = field(default_factory=list)
     whole: bool = False
     """Taken whole (step 2): its runs are inside the whole and grow no more."""
+    blocked: set[int] = field(default_factory=set)
+    """Leaves it may not take (parent mode: a chunk cut into sentences, a slot of its own)."""
 
     @property
     def tokens(self) -> int:
@@ -121,7 +123,7 @@ def leaves_of(slot: Slot, sources: dict[str, Leaves]) -> Leaves:
 def leaf(slot: Slot, split: int, sources: Mapping[str, Leaves]) -> Chunk | None:
     """Leaf ``split`` of the slot when it was read, exists and lies inside the slot."""
     leaves = sources.get(f"{slot.source_key}\x00{slot.level}")
-    found = None if leaves is None else leaves.known.get(split)
+    found = None if leaves is None or split in slot.blocked else leaves.known.get(split)
     if found is None or not slot.bounds.holds(split, found):
         return None
     return found
@@ -333,6 +335,11 @@ _SENTENCES = SentenceSplitter(max_tokens=10**9)
 _WORD = re.compile(r"\w+")
 
 
+def divisible(text: str) -> bool:
+    """Whether a leaf holds more than one sentence (so a fine cut can take less of it)."""
+    return len(_SENTENCES.split_spans(text)) > 1
+
+
 def _words(text: str) -> set[str]:
     return {word.casefold() for word in _WORD.findall(text)}
 
@@ -398,3 +405,70 @@ def sentence_slot(slot: Slot, query: str, sources: dict[str, Leaves]) -> Fine:
         )
     finer = Slot(slot.source_key, level, index, Bounds(lo=0, hi=max(index - 1, 0)), hits)
     return Fine(finer, leaf_of, {hit.key: hit for hit in slot.hits})
+
+
+def finer(
+    slots: list[Slot],
+    order: list[tuple[int, Hit]],
+    query: str,
+    left: int,
+    count: int | None,
+    counter: TokenCounter,
+    sources: dict[str, Leaves],
+    fines: list[tuple[int, Fine]],
+) -> int:
+    """Parent mode's fine cuts: a hit whose chunk did not fit gets its best sentence instead.
+
+    Its chunk is cut into sentences (:func:`~langchain_s2b.core.place.sentence_slot`),
+    becomes a slot of its own that the parent's runs no longer enter, and the
+    sentence that stands for the hit is placed as its leaf was not (in rank
+    order, while it fits, never a result past ``count``). Adds to ``fines``;
+    returns what is left.
+    """
+    by_chunk: dict[tuple[int, int], list[Hit]] = {}
+    for index, hit in order:
+        slot = slots[index]
+        if (
+            not slot.whole
+            and slot.run_at(hit.split_id) is None
+            and leaf(slot, hit.split_id, sources)
+        ):
+            by_chunk.setdefault((index, hit.split_id), []).append(hit)
+    for (index, split), hits in by_chunk.items():
+        slot = slots[index]
+        own = leaf(slot, split, sources)
+        assert own is not None
+        chunk = Slot(
+            slot.source_key, slot.level, slot.n_splits, Bounds(start=own.start, end=own.end), hits
+        )
+        fines.append((index, sentence_slot(chunk, query, sources)))
+        slot.blocked.add(split)
+    every = [*slots, *(f.slot for _, f in fines)]
+    first = len(slots)
+    ranked = sorted(
+        (
+            (next(p for p, (_, h) in enumerate(order) if h.key == hit.key), first + n, hit)
+            for n, (_, f) in enumerate(fines)
+            for hit in f.slot.hits
+        ),
+        key=lambda entry: entry[:2],
+    )
+    return seed(every, [(i, h) for _, i, h in ranked], left, count, counter, sources)
+
+
+def coarse(found: Cut, fine: Fine) -> Cut:
+    """A run of sentences as a cut of the parent's leaves.
+
+    Its ``split_ids`` are the leaves it takes from; each match is its leaf
+    (key, split id, score) with the span of the sentence that stood for it.
+    """
+    leaves = [fine.leaf_of[i] for i in range(found.first, found.last + 1)]
+    hits = [
+        h._replace(
+            split_id=fine.hits[h.key].split_id,
+            level=fine.hits[h.key].level,
+            n_splits=fine.hits[h.key].n_splits,
+        )
+        for h in found.hits
+    ]
+    return replace(found, first=min(leaves), last=max(leaves), hits=hits)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel, pack
-from langchain_s2b.core.ceiling import RING, Bounds, Cut, Leaves, cut_document
+from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
@@ -30,7 +30,10 @@ from langchain_s2b.core.place import (
     Run,
     Slot,
     as_cut,
+    coarse,
     coverage,
+    divisible,
+    finer,
     grow,
     leaves_of,
     pays,
@@ -39,7 +42,6 @@ from langchain_s2b.core.place import (
     read_into,
     returning,
     seed,
-    sentence_slot,
 )
 from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked
 from langchain_s2b.core.relevance import evidence
@@ -202,61 +204,58 @@ def ceiling(
     read_into(sources, fetched)  # a window's leaves: fetched already
     reach = max(params.before, params.after, 1)
     yield from read_around(slots, sources, PARENT_READ if mode == "parent" else max(RING, reach))
-    fine = (
-        [sentence_slot(slot, ranking.query, sources) for slot in slots] if mode == "parent" else []
-    )
-    spent = [f.slot for f in fine] or slots
-    back = yield from returning(
-        spent, ranks, ranking.relevance, budget, params.count, counter, sources
-    )
-    order = sorted(
-        ((ranks[h.key], i, h) for i, slot in enumerate(spent) for h in slot.hits if h.key in back),
+    if mode == "parent":  # every evidence hit: its chunk, or its sentence (fine cuts)
+        back = {h.key for slot in slots for h in slot.hits}
+    else:
+        back = yield from returning(
+            slots, ranks, ranking.relevance, budget, params.count, counter, sources
+        )
+    ranked_hits = sorted(
+        ((ranks[h.key], i, h) for i, slot in enumerate(slots) for h in slot.hits if h.key in back),
         key=lambda entry: entry[:2],
     )
-    left = seed(spent, [(i, h) for _, i, h in order], budget, params.count, counter, sources)
-    for (group, docs), slot, finer in zip(built, slots, fine, strict=False):
-        extra = sum(d.metadata["tokens"] for d in docs) - finer.slot.tokens
-        taken = [(slot, finer.hits[h.key]) for _, h in placed([finer.slot])]
-        cover = coverage(taken, group.start, group.end, reach, sources)
-        if taken and pays(cover, extra, left, budget):
-            finer.slot.whole = True
-            left -= extra
-    yield from grow(spent, ranks, left, counter, sources)
+    order = [(i, h) for _, i, h in ranked_hits]
+    whole_leaves = order
+    if mode == "parent":
+        whole_leaves = [
+            (i, h)
+            for i, h in order
+            if counter(h.text) * FINE_SHARE <= budget or not divisible(h.text)
+        ]
+    left = seed(slots, whole_leaves, budget, params.count, counter, sources)
+    fines: list[tuple[int, Fine]] = []
+    if mode == "parent":
+        too_big = [entry for entry in order if entry not in whole_leaves]
+        left = finer(slots, too_big, ranking.query, left, params.count, counter, sources, fines)
+        for index, ((group, docs), slot) in enumerate(zip(built, slots, strict=True)):
+            parts = [slot, *(f.slot for i, f in fines if i == index)]
+            extra = sum(d.metadata["tokens"] for d in docs) - sum(p.tokens for p in parts)
+            cover = coverage(placed([slot]), group.start, group.end, reach, sources)
+            if any(p.runs for p in parts) and pays(cover, extra, left, budget):
+                for part in parts:
+                    part.whole = True
+                left -= extra
+    yield from grow([*slots, *(f.slot for _, f in fines)], ranks, left, counter, sources)
     out: list[Document] = []
-    for index, (group, docs) in enumerate(built):
-        slot = spent[index]
-        if slot.whole or (len(slot.runs) == 1 and _is_whole(slot.runs[0], docs, mode)):
+    for index, ((group, docs), slot) in enumerate(zip(built, slots, strict=True)):
+        mine = [f for i, f in fines if i == index]
+        runs = len(slot.runs) + sum(len(f.slot.runs) for f in mine)
+        if slot.whole or (runs == 1 and bool(slot.runs) and _is_whole(slot.runs[0], docs, mode)):
             out += docs
             continue
         cuts = [as_cut(run, slot) for run in slot.runs]
-        if fine:
-            cuts = [_coarse(found, fine[index]) for found in cuts]
+        cuts += [coarse(as_cut(run, f.slot), f) for f in mine for run in f.slot.runs]
         cuts.sort(key=lambda found: min(ranks[h.key] for h in found.hits))
         base = next(d.metadata for d in (fetched.get(k) for k in group.keys) if d is not None)
         out += [cut_document(found, group, mode, base, _cut_from(docs)) for found in cuts]
     return out
 
 
+FINE_SHARE = 4
+"""Parent mode: a hit's chunk is placed whole only while it costs at most this share of the
+budget (a quarter); else the hit comes back as its sentence (fine cuts)."""
 PARENT_READ = 64
 """Leaves read on each side of a hit in parent mode: every leaf of its parent, as a rule."""
-
-
-def _coarse(found: Cut, fine: Fine) -> Cut:
-    """A run of sentences as a cut of the parent's leaves.
-
-    Its ``split_ids`` are the leaves it takes from; each match is its leaf
-    (key, split id, score) with the span of the sentence that stood for it.
-    """
-    leaves = [fine.leaf_of[i] for i in range(found.first, found.last + 1)]
-    hits = [
-        h._replace(
-            split_id=fine.hits[h.key].split_id,
-            level=fine.hits[h.key].level,
-            n_splits=fine.hits[h.key].n_splits,
-        )
-        for h in found.hits
-    ]
-    return replace(found, first=min(leaves), last=max(leaves), hits=hits)
 
 
 def _is_whole(run: Run, docs: list[Document], mode: str) -> bool:
