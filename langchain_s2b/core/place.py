@@ -154,19 +154,26 @@ def seed(
         ]
         if not touching and count is not None and sum(len(s.runs) for s in slots) >= count:
             continue
-        left = _join(slot, hit.split_id, own, left, counter)
+        left = _or(_join(slot, hit.split_id, own, left, counter), left)
     return left
 
 
-def _join(slot: Slot, split: int, own: Chunk, left: int, counter: TokenCounter) -> int:
-    """Add leaf ``split`` to the slot when it fits ``left`` (joining the runs it touches)."""
+def _or(joined: int | None, left: int) -> int:
+    return left if joined is None else joined
+
+
+def _join(slot: Slot, split: int, own: Chunk, left: int, counter: TokenCounter) -> int | None:
+    """Add leaf ``split`` to the slot when it fits ``left`` (joining the runs it touches).
+
+    What is left then, or ``None`` when it does not fit (nothing changes).
+    """
     near = [r for r in slot.runs if r.last + 1 == split or r.first - 1 == split]
     chunks = [own, *(r.chunk for r in near)]
     merged = merge_chunks(chunks)
     tokens = counter(merged.text)
     cost = tokens - sum(r.tokens for r in near)
     if cost > left:
-        return left
+        return None
     first = min([split, *(r.first for r in near)])
     last = max([split, *(r.last for r in near)])
     slot.runs = [r for r in slot.runs if r not in near]
@@ -231,9 +238,9 @@ def grow(
         own = leaf(slot, split, sources)
         if own is None:
             continue
-        before = len(slot.runs), slot.tokens
-        left = _join(slot, split, own, left, counter)
-        if (len(slot.runs), slot.tokens) != before:
+        joined = _join(slot, split, own, left, counter)
+        if joined is not None:
+            left = joined
             offer(index, split - 1)
             offer(index, split + 1)
     return left
