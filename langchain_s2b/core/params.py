@@ -150,19 +150,18 @@ def with_overrides(base: QueryParams, overrides: Mapping[str, Any]) -> QueryPara
 def check_tree(params: QueryParams, levels: Sequence[str]) -> QueryParams:
     """Refuse a mode the tree can not serve, in one line that says how to build for it.
 
-    Multilevel mode climbs from the leaves to the document, and parent mode
-    returns the leaves' parent: on a tree whose leaves lie right under the
-    document (``levels`` holds one name) either would silently hand back whole
-    documents.
+    Multilevel mode climbs from the leaves through paragraphs and sections to
+    the document: on a tree whose leaves lie right under the document
+    (``levels`` holds one name) it would silently jump from a sentence to the
+    whole document. (Parent mode there returns the document as the parent, as
+    LangChain's ``ParentDocumentRetriever`` does without a parent splitter.)
     """
-    if len(levels) >= 2:
+    if len(levels) >= 2 or params.mode != "multilevel":
         return params
-    if params.mode == "multilevel" or (params.mode == "parent" and params.parent_level is None):
-        msg = (
-            f"mode={params.mode!r} needs a level between the leaves and the document; this "
-            f"retriever's tree has only {list(levels)}: build it with mode={params.mode!r} "
-            "(its default tree: sentences in paragraphs in sections) or levels=[...] with one "
-            "more level, or ask for mode='window' or 'pack'."
-        )
-        raise ValueError(msg)
-    return params
+    msg = (
+        f"mode='multilevel' needs a level between the leaves and the document; this "
+        f"retriever's tree has only {list(levels)}: build it with mode='multilevel' or "
+        "'window' (their default tree: sentences in paragraphs in sections) or levels=[...] "
+        "with more levels, or ask for mode='window', 'parent' or 'pack'."
+    )
+    raise ValueError(msg)

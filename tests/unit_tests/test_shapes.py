@@ -437,50 +437,17 @@ class TestOneTreeServesEveryMode:
             ("paragraph", start, end)
         ]
 
-    @pytest.mark.parametrize("mode", ["multilevel", "parent"])
-    def test_a_tree_without_a_level_above_its_leaves_is_refused_in_one_line(
-        self, mode: str
-    ) -> None:
+    def test_a_tree_without_a_level_above_its_leaves_is_refused_in_one_line(self) -> None:
         flat = retriever("window", ONE, levels=[Level("sentence", SentenceSplitter())])
-        with pytest.raises(ValueError, match=f"^mode='{mode}' needs a level") as err:
-            flat.invoke(self.QUERY, mode=mode)
+        with pytest.raises(ValueError, match=r"^mode='multilevel' needs a level") as err:
+            flat.invoke(self.QUERY, mode="multilevel")
         assert "\n" not in str(err.value)
         with pytest.raises(ValueError, match="needs a level"):
-            retriever(mode, ONE, levels=[Level("sentence", SentenceSplitter())])
+            retriever("multilevel", ONE, levels=[Level("sentence", SentenceSplitter())])
 
-    def test_parent_mode_may_name_the_document_as_its_parent(self) -> None:
+    @pytest.mark.parametrize("options", [{}, {"parent_level": "doc"}])
+    def test_parent_mode_on_a_flat_tree_returns_the_document(self, options: Any) -> None:
+        # as LangChain's ParentDocumentRetriever without a parent splitter
         flat = retriever("window", ONE, levels=[Level("sentence", SentenceSplitter())])
-        docs = flat.invoke(self.QUERY, k=1, mode="parent", parent_level="doc")
+        docs = flat.invoke(self.QUERY, k=1, mode="parent", **options)
         assert [(d.metadata["level"], d.page_content) for d in docs] == [("doc", TEXT)]
-
-
-class TestParentCutsFinely:
-    """Issue 32: a parent that does not fit is cut at sentence boundaries inside its chunks."""
-
-    def retriever(self) -> SmallToBigRetriever:
-        # parent mode's default tree: ~300-token chunks (here each one paragraph, 251
-        # tokens) in ~1,200-token parents
-        documents = [Document(page_content=TEXT, id="a")]
-        return SmallToBigRetriever.from_documents(documents, ExactWords(4096), mode="parent")
-
-    @pytest.mark.parametrize(
-        ("budget", "first", "last"),
-        [(30, 5, 5), (60, 4, 5), (80, 4, 6)],  # the hit's sentence, then its neighbours by worth
-    )
-    def test_a_budget_below_one_chunk_still_holds_the_hit(
-        self, budget: int, first: int, last: int
-    ) -> None:
-        docs = self.retriever().invoke(marker("a", 1, 2, 5), k=None, max_tokens=budget)
-        start, end = span_of(TEXT, marker("a", 1, 2, first), marker("a", 1, 2, last))
-        hit = span_of(TEXT, marker("a", 1, 2, 5))
-        assert spans(docs) == [("a", start, end)]
-        meta = docs[0].metadata
-        assert (meta["level"], meta["escalation"], meta["split_ids"]) == ("child", "cut", [6])
-        assert meta["tokens"] == tokens(TEXT[start:end]) <= budget
-        assert [(m["key"], m["start"], m["end"]) for m in meta["matches"]] == [("a/child/6", *hit)]
-        assert meta["cut_from"] == {
-            "level": "parent",
-            "key": "a/parent/1",
-            "start": span_of(TEXT, "## Part a1")[0],
-            "end": span_of(TEXT, "## Part a2")[0],
-        }
