@@ -710,14 +710,8 @@ def held(mode: str, units: list[Unit], r: Ranking, s: Settings) -> list[Document
     if mode != "parent":
         shelf.seed()
     else:  # a hit's chunk when it costs at most a quarter of the budget, else its sentence
-        budget = s.max_tokens
-
-        def whole_leaf(h: Hit) -> bool:
-            text = text_of(h.node)
-            return s.tokens_of(text) * 4 <= budget or len(SENTENCES.split_spans(text)) <= 1
-
-        shelf.seed(trial=False, only=whole_leaf)
-        fines = shelf.finer(len(units), lambda h: not whole_leaf(h))
+        shelf.seed_parents(len(units), s.max_tokens)
+        fines = list(zip(shelf.owner, shelf.slots[len(units) :], strict=True))
         for index, (unit, doc) in enumerate(zip(units, docs, strict=True)):
             p = unit.node
             assert p is not None
@@ -868,8 +862,8 @@ class Shelf:
         return self.wholes + sum(slot.cost(self.s) for slot in self.slots if not slot.whole)
 
     def returning(self) -> set[str]:
-        """A trial by worth alone over the hits and their neighbours together; every hit at
-        least as relevant as the weakest one it took comes back."""
+        """A trial by worth alone over the hits and their neighbours together; the hits it
+        took come back, and every hit as relevant as one of them."""
         trial = Shelf(self.s, self.r, self.budget)
         for slot in self.slots:
             trial.slots.append(
@@ -885,66 +879,58 @@ class Shelf:
                 )
             )
         trial.grow(hits_too=True)
-        taken = [
-            self.r.relevance[slot.key_of(h)]
+        taken = {
+            slot.key_of(h)
             for slot in trial.slots
             for h in slot.hits
             if h.node.split_id in slot.chosen
-        ]
-        return {
+        }
+        tied = [self.r.relevance[key] for key in taken]
+        return taken | {
             slot.key_of(h)
             for slot in self.slots
             for h in slot.hits
-            if taken and self.r.relevance[slot.key_of(h)] >= min(taken)
+            if self.r.relevance[slot.key_of(h)] in tied
         }
 
-    def seed(self, *, trial: bool = True, only: Callable[[Hit], bool] | None = None) -> None:
-        """Each returning hit's own leaf (``trial=False``: every hit's; ``only`` those it
-        takes), in rank order, while it fits; never a result past k."""
+    def seed(self) -> None:
+        """Each returning hit's own leaf, in rank order, while it fits; never a result past k."""
         rank = self.rank
-        back = self.returning() if trial else None
+        back = self.returning()
         order = sorted(
             (
                 (rank[slot.key_of(h)], i, h)
                 for i, slot in enumerate(self.slots)
                 for h in slot.hits
-                if (back is None or slot.key_of(h) in back) and (only is None or only(h))
+                if slot.key_of(h) in back
             ),
             key=lambda entry: entry[:2],
         )
         self.place([(i, h) for _, i, h in order])
 
-    def finer(self, n: int, wanted: Callable[[Hit], bool]) -> list[tuple[int, Slot]]:
-        """Parent mode: each ``wanted`` hit whose chunk was not placed gets that chunk cut into
-        sentences, a slot of its own (the result's own no longer holds the chunk), and its
-        sentence placed, in rank order."""
+    def seed_parents(self, n: int, budget: int) -> None:
+        """Parent mode: each hit in rank order gets its chunk when the chunk costs at most a
+        quarter of the budget or holds one sentence; else the chunk, cut into sentences,
+        becomes a slot of its own (the result's own no longer holds it) and the hit gets the
+        sentence that stands for it."""
         rank = self.rank
         order = sorted(
             ((rank[h.node.key], i, h) for i, slot in enumerate(self.slots[:n]) for h in slot.hits),
             key=lambda entry: entry[:2],
         )
-        chunks: dict[tuple[int, int], list[Hit]] = {}
         for _, i, h in order:
             slot, split = self.slots[i], h.node.split_id
-            if wanted(h) and not slot.whole and split not in slot.chosen and split in slot.inside:
-                chunks.setdefault((i, split), []).append(h)
-        fines = []
-        for (i, split), hits in chunks.items():
-            node = self.slots[i].inside.pop(split)
-            fine = sentences_of(Slot(self.slots[i].source, hits, {split: node}), self.s.query)
-            fines.append((i, fine))
+            if slot.whole or split in slot.chosen or split not in slot.inside:
+                continue
+            text = text_of(h.node)
+            if self.s.tokens_of(text) * 4 <= budget or len(SENTENCES.split_spans(text)) <= 1:
+                self.place([(i, h)])
+                continue
+            node = slot.inside.pop(split)
+            fine = sentences_of(Slot(slot.source, [h], {split: node}), self.s.query)
             self.slots.append(fine)
             self.owner.append(i)
-        entries = sorted(
-            (
-                (rank[fine.key_of(h)], n + number, h)
-                for number, (_, fine) in enumerate(fines)
-                for h in fine.hits
-            ),
-            key=lambda entry: entry[:2],
-        )
-        self.place([(i, h) for _, i, h in entries])
-        return fines
+            self.place([(len(self.slots) - 1, sub) for sub in fine.hits])
 
     def place(self, order: list[tuple[int, Hit]]) -> None:
         for i, h in order:

@@ -259,18 +259,16 @@ def returning(
 
     A trial spends ``budget`` on the slots' hits and their neighbours together,
     worth most first (as pack mode does, inside the slots): a weak hit's own
-    sentence is worth less than the best hit's next-door one. Every hit at
-    least as relevant as the weakest hit the trial took comes back (so of
-    equal hits, all or none), and :func:`seed` gives each its own leaf before
+    sentence is worth less than the best hit's next-door one. The hits whose
+    leaf the trial took come back, and every hit as relevant as one of them (so
+    of equal hits, all or none); :func:`seed` gives each its own leaf before
     any context is grown.
     """
     trial = [Slot(s.source_key, s.level, s.n_splits, s.bounds, list(s.hits)) for s in slots]
     yield from grow(trial, ranks, budget, counter, sources, hits_too=True, count=count)
-    taken = [relevance[h.key] for _, h in placed(trial)]
-    if not taken:
-        return set()
-    weakest = min(taken)
-    return {h.key for slot in slots for h in slot.hits if relevance[h.key] >= weakest}
+    taken = {h.key for _, h in placed(trial)}
+    tied = {relevance[key] for key in taken}
+    return taken | {h.key for slot in slots for h in slot.hits if relevance[h.key] in tied}
 
 
 def _read_more(slot: Slot, split: int, leaves: Leaves) -> Op[None]:
@@ -414,53 +412,53 @@ def sentence_slot(slot: Slot, query: str, sources: dict[str, Leaves]) -> Fine:
     return Fine(finer, leaf_of, {hit.key: hit for hit in slot.hits})
 
 
-def finer(
+FINE_SHARE = 4
+"""Parent mode: a hit's chunk is placed whole while it costs at most this share of the budget
+(a quarter); else the hit comes back as its sentence (fine cuts)."""
+
+
+def seed_parents(
     slots: list[Slot],
     order: list[tuple[int, Hit]],
     query: str,
-    left: int,
+    budget: int,
     count: int | None,
     counter: TokenCounter,
     sources: dict[str, Leaves],
     fines: list[tuple[int, Fine]],
 ) -> int:
-    """Parent mode's fine cuts: a hit whose chunk did not fit gets its best sentence instead.
+    """Parent mode's step 1, with fine cuts; returns what is left.
 
-    Its chunk is cut into sentences (:func:`~langchain_s2b.core.place.sentence_slot`),
-    becomes a slot of its own that the parent's runs no longer enter, and the
-    sentence that stands for the hit is placed as its leaf was not (in rank
-    order, while it fits, never a result past ``count``). Adds to ``fines``;
-    returns what is left.
+    Each hit in rank order gets its chunk (the leaf it matched) when the chunk
+    costs at most a :data:`FINE_SHARE` of the budget or holds one sentence;
+    else the chunk is cut into sentences (:func:`sentence_slot`), becomes a
+    slot of its own that the parent's runs no longer enter (added to
+    ``fines``), and the hit gets the sentence that stands for it. Each while it
+    fits, and never a result past ``count``.
     """
-    by_chunk: dict[tuple[int, int], list[Hit]] = {}
+    left = budget
     for index, hit in order:
         slot = slots[index]
-        if (
-            not slot.whole
-            and slot.run_at(hit.split_id) is None
-            and leaf(slot, hit.split_id, sources)
-        ):
-            by_chunk.setdefault((index, hit.split_id), []).append(hit)
-    for (index, split), hits in by_chunk.items():
-        slot = slots[index]
-        own = leaf(slot, split, sources)
-        assert own is not None
-        chunk = Slot(
-            slot.source_key, slot.level, slot.n_splits, Bounds(start=own.start, end=own.end), hits
+        if slot.whole or slot.run_at(hit.split_id) is not None:
+            continue
+        own = leaf(slot, hit.split_id, sources)
+        if own is None:
+            continue
+        every = [*slots, *(f.slot for _, f in fines)]
+        if counter(own.text) * FINE_SHARE <= budget or not divisible(own.text):
+            left = seed(every, [(index, hit)], left, count, counter, sources)
+            continue
+        bounds = Bounds(start=own.start, end=own.end)
+        fine = sentence_slot(
+            Slot(slot.source_key, slot.level, slot.n_splits, bounds, [hit]), query, sources
         )
-        fines.append((index, sentence_slot(chunk, query, sources)))
-        slot.blocked.add(split)
-    every = [*slots, *(f.slot for _, f in fines)]
-    first = len(slots)
-    ranked = sorted(
-        (
-            (next(p for p, (_, h) in enumerate(order) if h.key == hit.key), first + n, hit)
-            for n, (_, f) in enumerate(fines)
-            for hit in f.slot.hits
-        ),
-        key=lambda entry: entry[:2],
-    )
-    return seed(every, [(i, h) for _, i, h in ranked], left, count, counter, sources)
+        slot.blocked.add(hit.split_id)
+        fines.append((index, fine))
+        every.append(fine.slot)
+        left = seed(
+            every, [(len(every) - 1, h) for h in fine.slot.hits], left, count, counter, sources
+        )
+    return left
 
 
 def coarse(found: Cut, fine: Fine) -> Cut:

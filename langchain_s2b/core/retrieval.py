@@ -32,8 +32,6 @@ from langchain_s2b.core.place import (
     as_cut,
     coarse,
     coverage,
-    divisible,
-    finer,
     grow,
     leaves_of,
     pays,
@@ -42,6 +40,7 @@ from langchain_s2b.core.place import (
     read_into,
     returning,
     seed,
+    seed_parents,
 )
 from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked
 from langchain_s2b.core.relevance import evidence
@@ -215,18 +214,13 @@ def ceiling(
         key=lambda entry: entry[:2],
     )
     order = [(i, h) for _, i, h in ranked_hits]
-    whole_leaves = order
-    if mode == "parent":
-        whole_leaves = [
-            (i, h)
-            for i, h in order
-            if counter(h.text) * FINE_SHARE <= budget or not divisible(h.text)
-        ]
-    left = seed(slots, whole_leaves, budget, params.count, counter, sources)
     fines: list[tuple[int, Fine]] = []
-    if mode == "parent":
-        too_big = [entry for entry in order if entry not in whole_leaves]
-        left = finer(slots, too_big, ranking.query, left, params.count, counter, sources, fines)
+    if mode != "parent":
+        left = seed(slots, order, budget, params.count, counter, sources)
+    else:
+        left = seed_parents(
+            slots, order, ranking.query, budget, params.count, counter, sources, fines
+        )
         for index, ((group, docs), slot) in enumerate(zip(built, slots, strict=True)):
             parts = [slot, *(f.slot for i, f in fines if i == index)]
             extra = sum(d.metadata["tokens"] for d in docs) - sum(p.tokens for p in parts)
@@ -251,9 +245,6 @@ def ceiling(
     return out
 
 
-FINE_SHARE = 4
-"""Parent mode: a hit's chunk is placed whole only while it costs at most this share of the
-budget (a quarter); else the hit comes back as its sentence (fine cuts)."""
 PARENT_READ = 64
 """Leaves read on each side of a hit in parent mode: every leaf of its parent, as a rule."""
 
