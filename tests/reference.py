@@ -802,7 +802,8 @@ SENTENCES = SentenceSplitter(max_tokens=10**9)
 def sentences_of(slot: Slot, query: str) -> Slot:
     """Parent mode's fine cuts: the slot's leaves cut into sentences, numbered in text order
     (a missing leaf leaves a gap); each hit is the sentence of its leaf sharing the most
-    words with the query (of equal ones the first), matched as its leaf with that span."""
+    with the query, each shared word weighing log(n / df) over the leaf's n sentences (of
+    equal ones the first), matched as its leaf with that span."""
     words = {w.casefold() for w in re.findall(r"\w+", query)}
     inside: dict[int, Node] = {}
     leaf_of: dict[int, int] = {}
@@ -822,13 +823,12 @@ def sentences_of(slot: Slot, query: str) -> Slot:
         mine = [i for i, leaf in leaf_of.items() if leaf == h.node.split_id]
         if not mine:
             continue
-        best = max(
-            mine,
-            key=lambda i: (
-                len(words & {w.casefold() for w in re.findall(r"\w+", text_of(inside[i]))}),
-                -i,
-            ),
-        )
+        shared = {
+            i: words & {w.casefold() for w in re.findall(r"\w+", text_of(inside[i]))} for i in mine
+        }
+        df = {w: sum(w in found for found in shared.values()) for w in words}
+        score = {i: sum(math.log(len(mine) / df[w]) for w in found) for i, found in shared.items()}
+        best = max(mine, key=lambda i: (score[i], -i))
         sentence = inside[best]
         hits.append(Hit(sentence, h.score))
         n = h.node

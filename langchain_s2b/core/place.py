@@ -28,8 +28,9 @@ reaches the edge of what was read); a leaf the docstore lacks ends a run there.
 from __future__ import annotations
 
 import heapq
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from langchain_core.documents import Document
@@ -345,6 +346,27 @@ def divisible(text: str) -> bool:
     return len(_SENTENCES.split_spans(text)) > 1
 
 
+def _shared(
+    terms: set[str], texts: Sequence[str], numbers: Sequence[int]
+) -> Callable[[int], tuple[float, int]]:
+    """How much a sentence of a chunk shares with the query (the key of the best).
+
+    Its query words, each weighing ``log(n / df)`` over the chunk's ``n``
+    sentences: a word in every sentence ("the") weighs nothing, in any
+    language. Of equal ones, the first.
+    """
+    words = [_words(text) & terms for text in texts]
+    df: dict[str, int] = {}
+    for found in words:
+        for word in found:
+            df[word] = df.get(word, 0) + 1
+    weight = {word: math.log(len(texts) / n) for word, n in df.items()}
+    score = {
+        number: sum(weight[w] for w in found) for number, found in zip(numbers, words, strict=True)
+    }
+    return lambda number: (score[number], -number)
+
+
 def _words(text: str) -> set[str]:
     return {word.casefold() for word in _WORD.findall(text)}
 
@@ -366,8 +388,8 @@ def sentence_slot(slot: Slot, query: str, sources: dict[str, Leaves]) -> Fine:
     The sentences are numbered in text order (a missing leaf leaves a gap in the
     numbers, so no run crosses it) and read into ``sources`` under a level of
     their own. Each hit becomes the sentence of its leaf that shares the most
-    words with ``query`` (of equal ones, the first): a ~300-token chunk matched
-    as a whole, and the query's own words say where in it.
+    with ``query`` (:func:`_shared`): a ~300-token chunk matched as a whole,
+    and the query's own words say where in it.
     """
     level = f"{slot.level}~{slot.bounds.start}~{slot.bounds.lo}"
     fine = Leaves(slot.source_key, level, None)
@@ -396,7 +418,7 @@ def sentence_slot(slot: Slot, query: str, sources: dict[str, Leaves]) -> Fine:
         options = first_of.get(hit.split_id)
         if not options:
             continue
-        best = max(options, key=lambda i: (len(terms & _words(sentences[i].text)), -i))
+        best = max(options, key=_shared(terms, [sentences[i].text for i in options], options))
         own = sentences[best]
         hits.append(
             hit._replace(
