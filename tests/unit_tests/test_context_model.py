@@ -20,6 +20,8 @@ from langchain_s2b.core.situate import (
     cache_key,
     text_digest,
 )
+from langchain_s2b.core.splitters import SentenceSplitter
+from langchain_s2b.core.tree import Level
 from langchain_s2b.store.situator import ContextFailedError
 
 from ._chat import Situating, chunk_of
@@ -161,15 +163,21 @@ class WindowAware(Situating):
 class TestLongDocuments:
     """Over DOCUMENT_CHARS the model is shown a window: the cache key is that window's."""
 
-    # In window mode every sentence is a piece. The same sentence opens and closes a document
-    # of 1,000 numbered 100-character sentences: the two are shown in two windows, the
-    # document's first DOCUMENT_CHARS characters and its last.
+    # On a one-level sentence tree every sentence is a piece (window mode's default tree has
+    # paragraphs since issue 32, and then a paragraph is the piece). The same sentence opens
+    # and closes a document of 1,000 numbered 100-character sentences: the two are shown in
+    # two windows, the document's first DOCUMENT_CHARS characters and its last.
     FILL = tuple(f"Filler sentence {i:04d} {'x' * 77}." for i in range(1_000))
     BELL = "The bell rang twice."
     TEXT = " ".join([BELL, *FILL, BELL, ""])  # each bell's leaf: its sentence and a space
 
     def _add(self, model: Situating, cache: Any = None, *, sync: bool = True) -> Any:
-        retriever = _retriever(model, mode="window", context_cache=cache or InMemoryByteStore())
+        retriever = _retriever(
+            model,
+            mode="window",
+            levels=[Level("sentence", SentenceSplitter())],
+            context_cache=cache or InMemoryByteStore(),
+        )
         doc = Document(page_content=self.TEXT)
         if sync:
             retriever.add_documents([doc], ["n"])
