@@ -207,8 +207,11 @@ class LexicalIndex:
         """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key).
 
         Ties by key whatever tantivy's own order of equal scores: it is asked
-        for one more than it must return, and while the ``n``-th score is still
-        the lowest it returned, equal ones may lie past it, so it goes deeper.
+        for ``2n + 1``, and while the ``n``-th score is still the lowest it
+        returned, equal ones may lie past it, so it goes twice as deep. Only
+        the leaves that can come back (the ``n`` best and every leaf tied with
+        the ``n``-th) are read from the index's stored fields, and only their
+        keys (their metadata too when ``keep`` reads it).
 
         Args:
             query: the query text.
@@ -235,19 +238,36 @@ class LexicalIndex:
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0)),
                 ]
             )
-        depth = n + 1
+        depth = 2 * n + 1  # ties at the cut are common in BM25: one round mostly suffices
+        read: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}  # read once per address
+        with engine_errors():
+            searcher = self._index.searcher()  # one snapshot for every round
+
+        def read_at(address: Any) -> tuple[str, dict[str, Any]]:
+            at = (address.segment_ord, address.doc)
+            got = read.get(at)
+            if got is None:  # the key only, unless a ``keep`` reads the metadata
+                doc = searcher.doc(address)
+                got = read[at] = (str(doc[_KEY][0]), {} if keep is None else _meta_of(doc))
+            return got
+
         while True:
             with engine_errors():
-                searcher = self._index.searcher()
                 found = searcher.search(found_query, depth).hits
-                hits = []
-                for score, address in found:
-                    doc = searcher.doc(address)
-                    hits.append((str(doc[_KEY][0]), float(score), _meta_of(doc)))
-            pairs = [(key, score) for key, score, meta in hits if keep is None or keep(key, meta)]
+                every = len(found) < depth  # every match returned
+                if keep is None:  # only the n best and the leaves tied with the n-th are read
+                    if not every and found[n - 1][0] <= found[-1][0]:
+                        depth *= 2  # equal scores may lie past the cut
+                        continue
+                    cut = found[min(n, len(found)) - 1][0] if found else 0.0
+                    pairs = [(read_at(a)[0], float(s)) for s, a in found if s >= cut]
+                    pairs.sort(key=lambda pair: (-pair[1], pair[0]))
+                    return pairs[:n]
+                hits = [(*read_at(address), float(score)) for score, address in found]
+            pairs = [(key, score) for key, meta, score in hits if keep(key, meta)]
             pairs.sort(key=lambda pair: (-pair[1], pair[0]))
-            if len(found) < depth:
-                break  # every match returned
+            if every:
+                break
             if len(pairs) >= n and pairs[n - 1][1] > min(score for score, _ in found):
                 break  # the n-th scores above every leaf left out: no tie at the cut
             depth *= 2

@@ -68,14 +68,29 @@ CORPUS = [
 
 
 class _Searches:
-    """A tantivy index whose searchers are counted."""
+    """A tantivy index whose searches (``n``) and stored-document reads (``docs``) are counted."""
 
     def __init__(self, index: Any) -> None:
-        self.index, self.n = index, 0
+        self.index, self.n, self.docs = index, 0, 0
 
     def searcher(self) -> Any:
-        self.n += 1
-        return self.index.searcher()
+        return _CountedSearcher(self, self.index.searcher())
+
+    def __getattr__(self, name: str) -> Any:  # writes go to the index itself
+        return getattr(self.index, name)
+
+
+class _CountedSearcher:
+    def __init__(self, counts: _Searches, inner: Any) -> None:
+        self.counts, self.inner = counts, inner
+
+    def search(self, query: Any, limit: int) -> Any:
+        self.counts.n += 1
+        return self.inner.search(query, limit)
+
+    def doc(self, address: Any) -> Any:
+        self.counts.docs += 1
+        return self.inner.doc(address)
 
 
 def _count_searches(index: LexicalIndex) -> _Searches:
@@ -139,12 +154,31 @@ class TestLexicalIndex:
         searches = _count_searches(index)
         found = index.search("rights reserved", 100)
         assert [k for k, _ in found] == ["t/0", *sorted(keys)[:99]]
-        assert searches.n == 2  # 101 deep: the 100th ties the 101st; 202 deep: all 151
+        assert searches.n == 1  # 201 deep (issue 34: 2n + 1): all 151 in one search
         searches.n = 0
         assert index.search("rights reserved", 1) == [found[0]]
-        assert searches.n == 1  # 2 deep: the 1st scores above the 2nd
+        assert searches.n == 1  # 3 deep: the 1st scores above the 3rd
         kept = index.search("rights", 50, keep=lambda key, _: not key.endswith("0"))
         assert [k for k, _ in kept] == sorted(k for k in keys if not k.endswith("0"))[:50]
+
+    def test_a_tie_wider_than_the_first_search_goes_deeper_and_reads_only_what_can_come_back(
+        self,
+    ) -> None:
+        """Issue 34: 150 equal leaves under one better one, 10 asked: 21, 42, 84, then 168
+        deep (all 151 back); each leaf's key is read once, and a search whose cut is clean
+        reads only the leaves above or at it, not the 2n + 1 it asked for."""
+        index = LexicalIndex()
+        keys = [f"s/{i}" for i in range(150)]
+        index.add([leaf(key, "All rights reserved.") for key in keys])
+        index.add([leaf("t/0", "Rights reserved, rights reserved.")])
+        counts = _count_searches(index)
+        found = index.search("rights reserved", 10)
+        assert [k for k, _ in found] == ["t/0", *sorted(keys)[:9]]
+        assert (counts.n, counts.docs) == (4, 151)
+        counts.n = counts.docs = 0
+        index.add([leaf(f"u/{i}", "Rights reserved, rights reserved.") for i in range(2)])
+        assert [k for k, _ in index.search("rights reserved", 3)] == ["t/0", "u/0", "u/1"]
+        assert (counts.n, counts.docs) == (1, 3)  # 7 deep: the 3rd scores above the 7th
 
     def test_text_that_is_not_valid_unicode_is_indexed(self) -> None:
         index = LexicalIndex()
