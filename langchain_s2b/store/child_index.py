@@ -156,10 +156,7 @@ class ChildIndex:
         scores = index.scores_of(_query_row(vector), rows)
         if scores is None:
             return {}
-        hits = []
-        for score, found in zip(scores.tolist(), index.records(rows), strict=True):
-            if found is not None and (flt is None or matches_filter(found[2], flt)):
-                hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
+        hits, _ = _faiss_hits(index, scores, np.asarray(rows, dtype=np.int64), flt, 0)
         return _wanted(keys, hits)
 
     async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Hit]:
