@@ -19,6 +19,7 @@ from langchain_s2b.core.requests import (
     EmbedQuery,
     Fetch,
     Op,
+    ReadHits,
     Request,
     Search,
     SearchMany,
@@ -38,6 +39,8 @@ def _kind(request: Request[Any], position: int) -> tuple[Any, ...]:
         return ("search", request.fetch, id(request.filter))
     if isinstance(request, Fetch):
         return ("fetch",)
+    if isinstance(request, ReadHits):
+        return ("read",)
     return ("one", position)
 
 
@@ -60,6 +63,14 @@ def combine(requests: list[Request[Any]]) -> tuple[Request[Any], Split]:
             return [[found[k] for k in r.keys] for r in fetches]
 
         return Fetch(keys), split
+    if isinstance(first, ReadHits):
+        reads = [r for r in requests if isinstance(r, ReadHits)]
+        wanted = list(dict.fromkeys(k for r in reads for k in r.keys))
+
+        def split_read(got: Any) -> list[Any]:
+            return [{k: got[k] for k in r.keys if k in got} for r in reads]
+
+        return ReadHits(wanted), split_read
     if len(requests) != 1:
         msg = f"Requests of kind {type(first).__name__} are not combined; got {len(requests)}."
         raise ValueError(msg)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
 
@@ -48,6 +48,70 @@ class Hit(NamedTuple):
             "start": self.start,
             "end": self.end,
         }
+
+
+class Scored(NamedTuple):
+    """A child a search found but nobody has read yet: its key and its score.
+
+    A query searches ~100 children deep to read its own scale from their
+    scores, and BM25 adds up to 100 more; a mode places a few of them. The
+    child index answers with these, and a hit's text, span and ancestors are
+    read (:class:`~langchain_s2b.core.requests.ReadHits`) only for the
+    candidates a mode places (:func:`~langchain_s2b.core.retrieval.retrieve_vector`).
+    Its place in its source comes from its key, a node key
+    (``<source-key>/<level>/<split_id>``): a child whose key is not one is
+    always read at once, as a :class:`Hit`.
+    """
+
+    key: str
+    score: float
+    source_key: str
+    """The source key its node key names."""
+    split_id: int
+    """The split id its node key names."""
+
+    @classmethod
+    def of(cls, key: str, score: float) -> Scored:
+        """The unread hit of node key ``key`` (its source key and split id read from it)."""
+        source_key, _, rest = key.partition("/")
+        return cls(key, score, source_key, int(rest.rpartition("/")[2]))
+
+
+Candidate = Hit | Scored
+"""A search's answer for one child: read (a :class:`Hit`) or not yet (:class:`Scored`)."""
+
+
+def unread(candidates: Sequence[Candidate]) -> list[str]:
+    """The keys of the candidates not read yet, in order."""
+    return [c.key for c in candidates if isinstance(c, Scored)]
+
+
+def with_read(
+    candidates: Sequence[Candidate], asked: Collection[str], read: Mapping[str, Hit]
+) -> list[Candidate]:
+    """The candidates with each one read in ``read`` as its hit (at its own score).
+
+    An unread candidate ``asked`` for and not read (its child is gone since
+    the search) is left out; one not asked for stays as it is.
+    """
+    out: list[Candidate] = []
+    for c in candidates:
+        if not isinstance(c, Scored):
+            out.append(c)
+        elif c.key in read:
+            out.append(with_score(read[c.key], c.score))
+        elif c.key not in asked:
+            out.append(c)
+    return out
+
+
+def all_read(candidates: Sequence[Candidate]) -> list[Hit]:
+    """The candidates as hits; every one must have been read."""
+    hits = [c for c in candidates if isinstance(c, Hit)]
+    if len(hits) != len(candidates):
+        msg = f"{len(candidates) - len(hits)} of {len(candidates)} candidates were never read."
+        raise RuntimeError(msg)
+    return hits
 
 
 SCORE = Hit._fields.index("score")
@@ -107,13 +171,16 @@ def hit_from_metadata(
     )
 
 
-def dedupe_hits(hits: Sequence[Hit]) -> list[Hit]:
+C = TypeVar("C", Hit, Scored, Candidate)
+
+
+def dedupe_hits(hits: Sequence[C]) -> list[C]:
     """One hit per key (its best score), best first.
 
     Ties go in document order (source key, then split id), whatever order the
     engine returned them in and whatever generation a source is at.
     """
-    best: dict[str, Hit] = {}
+    best: dict[str, C] = {}
     for hit in hits:
         if hit.key not in best or hit.score > best[hit.key].score:
             best[hit.key] = hit

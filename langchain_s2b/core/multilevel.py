@@ -33,7 +33,14 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.budget import MULTILEVEL_BUDGET, TokenCounter
 from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
+from langchain_s2b.core.hits import (
+    Candidate,
+    Group,
+    Hit,
+    MissingNodeError,
+    all_read,
+    result_metadata,
+)
 from langchain_s2b.core.keys import level_of
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.place import (
@@ -56,10 +63,10 @@ Ancestor = tuple[str, int, int, int]
 """``(key, start, end, n_children)`` of a node above a leaf."""
 
 
-def group(hits: Sequence[Hit], params: QueryParams) -> list[Group]:
+def group(hits: Sequence[Candidate], params: QueryParams) -> list[Group]:
     """One candidate context per source document, best document first."""
     by_source: dict[str, Group] = {}
-    for hit in hits:
+    for hit in all_read(hits):
         if not hit.ancestors:
             msg = f"Child {hit.key!r} has no ancestors metadata; re-index it."
             raise ValueError(msg)

@@ -27,7 +27,14 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.allocate import LeafId, Run, Seed, allocate, reach
 from langchain_s2b.core.budget import MULTILEVEL_BUDGET
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
+from langchain_s2b.core.hits import (
+    Candidate,
+    Group,
+    Hit,
+    MissingNodeError,
+    all_read,
+    result_metadata,
+)
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
@@ -39,10 +46,12 @@ logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, Document | None]
 
 
-def one_per_hit(hits: Sequence[Hit], params: QueryParams) -> list[Group]:
+def one_per_hit(hits: Sequence[Candidate], params: QueryParams) -> list[Group]:
     """Pack mode's candidates for the search loop: every hit (its runs count against ``k``)."""
     del params
-    return [Group(h.source_key, h.source_id, [], [h], h.level, h.start, h.end) for h in hits]
+    return [
+        Group(h.source_key, h.source_id, [], [h], h.level, h.start, h.end) for h in all_read(hits)
+    ]
 
 
 def pack(
@@ -51,7 +60,7 @@ def pack(
     """Seed the budget with the evidence, fetch what it may reach once, allocate."""
     del groups
     budget = params.max_tokens if params.max_tokens is not None else MULTILEVEL_BUDGET
-    seeds = evidence(ranking.hits, ranking.relevance, params.margin)
+    seeds = all_read(evidence(ranking.hits, ranking.relevance, params.margin))
     if not any(params.token_counter(hit.text) <= budget for hit in seeds):
         return []  # not one hit fits: nothing to fetch
     weights = seed_weights(seeds)

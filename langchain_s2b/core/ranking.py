@@ -19,13 +19,14 @@ from dataclasses import dataclass, replace
 from langchain_core.documents import Document
 
 from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse, z_scores
-from langchain_s2b.core.hits import Hit, dedupe_hits
+from langchain_s2b.core.hits import Candidate, Hit, all_read, dedupe_hits, unread, with_read
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.relevance import STATS_DEPTH, Scale, cut, scale_of
 from langchain_s2b.core.requests import (
     Found,
     LeafHits,
     Op,
+    ReadHits,
     Rerank,
     Search,
     SearchText,
@@ -38,8 +39,9 @@ from langchain_s2b.core.requests import (
 class Ranked:
     """One query's hits, in rank order, as deep as one search went."""
 
-    hits: list[Hit]
-    """Best first: by relevance (the dense order without hybrid search)."""
+    hits: list[Candidate]
+    """Best first: by relevance (the dense order without hybrid search). A candidate is
+    read (a :class:`~langchain_s2b.core.hits.Hit`) once a mode places it (:func:`read`)."""
     relevance: dict[str, float]
     """Each hit's relevance: the z-score of its rank score (the cosine, or under hybrid
     search the fused score) on the scale of the query's first rank scores."""
@@ -119,6 +121,38 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound)
 
 
+def read(ranking: Ranked, keys: Sequence[str] | None = None) -> Op[Ranked]:
+    """The ranking with these candidates read as hits (``None``: every one).
+
+    One :class:`~langchain_s2b.core.requests.ReadHits` for the unread ones; a
+    child gone since the search is left out of the ranking.
+    """
+    wanted = unread(ranking.hits)
+    if keys is not None:
+        asked = set(keys)
+        wanted = [key for key in wanted if key in asked]
+    if not wanted:
+        return ranking
+    got = yield from ask(ReadHits(wanted))
+    hits = with_read(ranking.hits, set(wanted), got)
+    if len(hits) == len(ranking.hits):
+        return replace(ranking, hits=hits)
+    return _only(ranking, hits)
+
+
+def _only(ranking: Ranked, hits: list[Candidate]) -> Ranked:
+    """The ranking of these of its hits (the others are gone)."""
+    kept = {hit.key for hit in hits}
+    fused, reranked = ranking.fused, ranking.reranked
+    return replace(
+        ranking,
+        hits=hits,
+        relevance={key: z for key, z in ranking.relevance.items() if key in kept},
+        fused=None if fused is None else {key: s for key, s in fused.items() if key in kept},
+        reranked=None if reranked is None else {k: s for k, s in reranked.items() if k in kept},
+    )
+
+
 def floored(ranking: Ranked, floor: float) -> Ranked:
     """The hits whose ``score`` (the cosine) is at least ``floor``; the others are gone.
 
@@ -143,7 +177,7 @@ def floored(ranking: Ranked, floor: float) -> Ranked:
     )
 
 
-def _lowest_left_out(hits: Sequence[Hit], found: Found) -> float:
+def _lowest_left_out(hits: Sequence[Candidate], found: Found) -> float:
     """The best score a child the search did not return may have."""
     if found.tied is not None:
         return found.tied
@@ -198,7 +232,9 @@ def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ra
     The relevance is then the z-score of those scores; no deeper child is evidence.
     A reranker that drops children has judged the rest: no deeper search follows.
     """
-    top = ranking.hits[:n]
+    while unread(ranking.hits[:n]):  # the reranker reads their text
+        ranking = yield from read(ranking, unread(ranking.hits[:n]))
+    top = all_read(ranking.hits[:n])
     if not top:
         return ranking
     reranker = params.reranker
@@ -237,7 +273,7 @@ def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ra
         scores = {hit.key: float(score) for hit, score in order if score is not None}
     else:
         scores = {hit.key: (len(order) - p) / len(order) for p, (hit, _) in enumerate(order)}
-    hits = [hit for hit, _ in order]
+    hits: list[Candidate] = [hit for hit, _ in order]
     scale = scale_of([scores[hit.key] for hit in hits])
     relevance = {hit.key: scale.z(scores[hit.key]) for hit in hits}
     fused = None if ranking.fused is None else {h.key: ranking.fused[h.key] for h in hits}

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from langchain_s2b.core.hits import Hit
+from langchain_s2b.core.hits import C
 
 STATS_DEPTH = 100
 """How many of a query's best dense scores its scale is measured on."""
@@ -64,7 +64,7 @@ def cut(relevance: Mapping[str, float], margin: float) -> float:
     return max(relevance.values(), default=0.0) - margin
 
 
-def evidence(hits: Sequence[Hit], relevance: Mapping[str, float], margin: float) -> list[Hit]:
+def evidence(hits: Sequence[C], relevance: Mapping[str, float], margin: float) -> list[C]:
     """The hits that count as evidence, in rank order.
 
     Those whose cosine is above 0 and whose relevance is within ``margin``
@@ -77,8 +77,8 @@ def evidence(hits: Sequence[Hit], relevance: Mapping[str, float], margin: float)
 
 
 def confident(
-    hits: Sequence[Hit], relevance: Mapping[str, float], scale: Scale, margin: float, broad: float
-) -> list[Hit]:
+    hits: Sequence[C], relevance: Mapping[str, float], scale: Scale, margin: float, broad: float
+) -> list[C]:
     """The hits that stand out: the evidence that decides an escalation, in rank order.
 
     Narrower than :func:`evidence` on purpose: the evidence (within ``broad``

@@ -14,7 +14,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Hit
+from langchain_s2b.core.hits import Candidate, Hit
 from langchain_s2b.core.situate import Piece
 
 T = TypeVar("T")
@@ -24,9 +24,13 @@ Vector = list[float] | None
 
 
 class Found(NamedTuple):
-    """A search's hits, best first, and whether the index is exhausted."""
+    """A search's hits, best first, and whether the index is exhausted.
 
-    hits: list[Hit]
+    A hit may come unread (:class:`~langchain_s2b.core.hits.Scored`): its key
+    and score only, read when a mode places it (:class:`ReadHits`).
+    """
+
+    hits: Sequence[Candidate]
     exhausted: bool
     tied: float | None = None
     """The score of a group of equal scores that the cut left out (``None``: none was)."""
@@ -83,16 +87,26 @@ class RebuildLexical(Request[None]):
 
 
 @dataclass(frozen=True)
-class LeafHits(Request[dict[str, Hit]]):
+class LeafHits(Request[dict[str, Candidate]]):
     """These leaves as hits of one query vector, by key: each scored as a search would score it.
 
     Leaves the index does not hold, that ``filter`` leaves out, or that it can
-    not score are left out.
+    not score are left out. A hit may come unread, like a search's.
     """
 
     keys: list[str]
     filter: Any
     vector: Vector
+
+
+@dataclass(frozen=True)
+class ReadHits(Request[dict[str, Hit]]):
+    """Read these children as hits, by key (their scores are the caller's to set).
+
+    A child gone since the search that found it is left out.
+    """
+
+    keys: list[str]
 
 
 @dataclass(frozen=True)

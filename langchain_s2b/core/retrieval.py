@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel, pack
 from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError
+from langchain_s2b.core.hits import Candidate, Group, MissingNodeError, Scored, all_read
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
 from langchain_s2b.core.place import (
@@ -42,10 +42,10 @@ from langchain_s2b.core.place import (
     seed,
     seed_parents,
 )
-from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked
+from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked, read
 from langchain_s2b.core.relevance import evidence
 from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Vector, ask
-from langchain_s2b.core.window import assemble_windows, plan_windows
+from langchain_s2b.core.window import assemble_windows, plan_windows, window_reads
 
 logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, Document | None]
@@ -55,10 +55,13 @@ Fetched = Mapping[str, Document | None]
 class Plan:
     """How one mode turns ranked hits into results."""
 
-    group: Callable[[Sequence[Hit], QueryParams], list[Group]]
+    group: Callable[[Sequence[Candidate], QueryParams], list[Group]]
     """Hits -> candidate results, best first (counted against ``k``)."""
     resolve: Callable[[list[Group], Ranked, QueryParams, str], Op[list[Document]]]
     """Candidates -> the documents returned (fetches, assembly, the ceiling)."""
+    reads: Callable[[Sequence[Candidate], QueryParams], list[str]] | None = None
+    """The keys of the hits ``group`` places, read from keys and scores alone
+    (``None``: it reads every hit)."""
 
 
 def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
@@ -76,6 +79,7 @@ def retrieve_vector(
     while True:
         ranking = yield from ranked(query, vector, params, depth, params.fetch_k * depth // first)
         ranking = replace(ranking, query=query)
+        ranking = yield from _placed_read(ranking, plan, params)
         groups = plan.group(ranking.hits, params)
         if ranking.exhausted:
             break
@@ -91,6 +95,21 @@ def retrieve_vector(
             for doc in docs:
                 _mark(doc, name, scores)
     return docs
+
+
+def _placed_read(ranking: Ranked, plan: Plan, params: QueryParams) -> Op[Ranked]:
+    """The ranking with the hits its mode places read (issue 34: no other hit is).
+
+    A child gone since the search drops out of the ranking, which may place
+    another hit: read until every hit placed is.
+    """
+    while any(isinstance(c, Scored) for c in ranking.hits):
+        wanted = None if plan.reads is None else plan.reads(ranking.hits, params)
+        done = yield from read(ranking, wanted)
+        if len(done.hits) == len(ranking.hits):  # none gone: the same hits are placed
+            return done
+        ranking = done
+    return ranking
 
 
 def choose(groups: list[Group], ranking: Ranked, params: QueryParams) -> list[Group]:
@@ -296,7 +315,7 @@ def _multilevel(
 
 PLANS: dict[str, Plan] = {
     "parent": Plan(
-        group=lambda hits, p: plan_parents(hits, p.parent_level),
+        group=lambda hits, p: plan_parents(all_read(hits), p.parent_level),
         resolve=shaped(
             lambda group, fetched: [assemble_parent(group, fetched)], _parent_bounds, "parent"
         ),
@@ -306,6 +325,9 @@ PLANS: dict[str, Plan] = {
             hits, p.before, p.after, coalesce=p.coalesce, limit=p.count
         ),
         resolve=shaped(assemble_windows, _window_bounds, "window"),
+        reads=lambda hits, p: window_reads(
+            hits, p.before, p.after, coalesce=p.coalesce, limit=p.count
+        ),
     ),
     "multilevel": Plan(group=multilevel.group, resolve=_multilevel),
     "pack": Plan(group=pack.one_per_hit, resolve=pack.pack),

@@ -7,13 +7,13 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
+from langchain_s2b.core.hits import Candidate, Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, merge_chunks
 
 
 def plan_windows(
-    hits: Sequence[Hit],
+    hits: Sequence[Candidate],
     before: int,
     after: int,
     *,
@@ -32,40 +32,85 @@ def plan_windows(
     and is never another window's match. A window's span is fixed by its seed: no
     weaker hit ever widens it. Without ``coalesce`` every hit seeds its own
     full window (windows may overlap) and holds only its own match.
+
+    Only the seeds and the matches must have been read (:func:`window_reads`).
     """
     windows: list[Group] = []
-    spans: dict[str, list[tuple[int, int, Group]]] = {}  # per source: (lo, hi, window)
-    for hit in hits:
+    for seed, lo, hi, matches in _spans(hits, before, after, coalesce, limit):
+        hit = _read(hits[seed])
+        if hit.n_splits is not None:  # the source's last split (spans are planned without it)
+            hi = min(hi, hit.n_splits - 1)
+        window = _window_group(hit, lo, hi)
+        window.hits.extend(_read(hits[i]) for i in matches)
+        windows.append(window)
+    return windows
+
+
+def window_reads(
+    hits: Sequence[Candidate],
+    before: int,
+    after: int,
+    *,
+    coalesce: bool = True,
+    limit: int | None = None,
+) -> list[str]:
+    """The keys of the hits :func:`plan_windows` places: every window's seed and matches.
+
+    Read from the hits' keys and scores alone, so a query reads only these
+    (issue 34): a hit outside the first ``limit`` windows is never read.
+    """
+    out = []
+    for seed, _, _, matches in _spans(hits, before, after, coalesce, limit):
+        out += [hits[seed].key, *(hits[i].key for i in matches)]
+    return out
+
+
+def _spans(
+    hits: Sequence[Candidate], before: int, after: int, coalesce: bool, limit: int | None
+) -> list[tuple[int, int, int, list[int]]]:
+    """``(seed, lo, hi, matches)`` per window (indices into ``hits``).
+
+    ``hi`` is not held to the source's last split: no hit lies past it, so
+    which window holds a hit does not depend on it.
+    """
+    spans: list[tuple[int, int, int, list[int]]] = []
+    by_source: dict[str, list[tuple[int, int, int]]] = {}  # per source: (lo, hi, span)
+    for i, hit in enumerate(hits):
         split = hit.split_id
-        mine = spans.setdefault(hit.source_key, []) if coalesce else []
+        mine = by_source.setdefault(hit.source_key, []) if coalesce else []
         home = _home(mine, split)
         if home is not None:
             if hit.score > 0:  # a child that shares nothing with the query is no match
-                home.hits.append(hit)
+                spans[home][3].append(i)
             continue
-        if limit is not None and len(windows) >= limit:
+        if limit is not None and len(spans) >= limit:
             if coalesce:
                 continue
             break
-        last = hit.n_splits - 1 if hit.n_splits is not None else split + after
-        lo, hi = max(0, split - before), min(last, split + after)
+        lo, hi = max(0, split - before), split + after
         for other_lo, other_hi, _ in mine:
             if other_hi < split:
                 lo = max(lo, other_hi + 1)
             else:
                 hi = min(hi, other_lo - 1)
-        window = _window_group(hit, lo, hi)
-        mine.append((lo, hi, window))
-        windows.append(window)
-    return windows
+        mine.append((lo, hi, len(spans)))
+        spans.append((i, lo, hi, []))
+    return spans
 
 
-def _home(windows: list[tuple[int, int, Group]], split: int) -> Group | None:
+def _home(windows: list[tuple[int, int, int]], split: int) -> int | None:
     """The window of one source that holds ``split``, if any."""
     for lo, hi, window in windows:
         if lo <= split <= hi:
             return window
     return None
+
+
+def _read(candidate: Candidate) -> Hit:
+    if not isinstance(candidate, Hit):
+        msg = f"The window hit {candidate.key!r} was placed before it was read."
+        raise RuntimeError(msg)
+    return candidate
 
 
 def _window_group(hit: Hit, lo: int, hi: int) -> Group:

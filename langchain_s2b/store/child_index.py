@@ -33,13 +33,21 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.headers import embedded_text
-from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
+from langchain_s2b.core.hits import (
+    SCORE,
+    C,
+    Candidate,
+    Hit,
+    Scored,
+    hit_from_child,
+    hit_from_metadata,
+)
 from langchain_s2b.core.keys import parse_node_key
 from langchain_s2b.core.requests import ChildDamage, Found, Vector
 from langchain_s2b.store.faiss_index import FaissIndex
 from langchain_s2b.store.undo import undone, warn_undo
 
-_BY_SCORE = operator.itemgetter(SCORE)
+_BY_SCORE = operator.attrgetter("score")
 Vectors = list[list[float]] | None
 
 
@@ -138,7 +146,25 @@ class ChildIndex:
                 return settle(hits, fetch)
             depth *= 2
 
-    def leaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Hit]:
+    def read_hits(self, keys: list[str]) -> dict[str, Hit]:
+        """See :class:`ReadHits`: these children as hits (score 0), by key; gone ones left out.
+
+        Only ``FaissIndex`` answers a search with unread hits; any other
+        store's hits come read, so it is never asked.
+        """
+        index = self.faiss
+        if index is None or not keys:
+            return {}
+        rows = [row for row in index.rows_of(keys) if row >= 0]
+        new = tuple.__new__
+        hits = [
+            new(Hit, (*t[0], 0.0, *t[1]))
+            for t in index.parsed(rows, _hit_template)
+            if t is not None
+        ]
+        return _wanted(keys, hits)
+
+    def leaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Candidate]:
         """These leaves scored against ``vector`` as a search would score them.
 
         See :class:`LeafHits`. ``FaissIndex`` scores its stored vectors directly; any other store is
@@ -159,7 +185,7 @@ class ChildIndex:
         hits, _ = _faiss_hits(index, scores, np.asarray(rows, dtype=np.int64), flt, 0)
         return _wanted(keys, hits)
 
-    async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Hit]:
+    async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Candidate]:
         """Async :meth:`leaf_hits`."""
         if self.faiss is not None or vector is None or not keys:
             return await run_in_executor(None, self.leaf_hits, keys, flt, vector)
@@ -527,7 +553,7 @@ def _only(keys: Sequence[str], flt: Any) -> dict[str, Any]:
     return wanted if flt is None else {"$and": [flt, wanted]}
 
 
-def _wanted(keys: Sequence[str], hits: Sequence[Hit]) -> dict[str, Hit]:
+def _wanted(keys: Sequence[str], hits: Sequence[C]) -> dict[str, C]:
     """The hits whose keys were asked for, by key."""
     asked = set(keys)
     return {hit.key: hit for hit in hits if hit.key in asked}
@@ -624,7 +650,7 @@ def _listable(store: Any) -> set[str] | None:
 
 def _faiss_hits(
     index: FaissIndex, scores: np.ndarray, rows: np.ndarray, flt: Any, depth: int
-) -> tuple[list[Hit], bool]:
+) -> tuple[list[Candidate], bool]:
     """One query's FAISS result row as hits (rows deleted since, or filtered out, skipped).
 
     Also says whether the search reached every child it can: FAISS filled
@@ -633,14 +659,17 @@ def _faiss_hits(
     """
     rows_list = rows.tolist()
     filled = len(rows_list) - rows_list.count(-1)
-    if flt is None:
-        templates = index.parsed(rows_list, _hit_template)
+    if flt is None:  # unread, by node key (issue 34); a row under a key of its own is read now
+        keys = index.node_keys(rows_list)
+        own = [row for row, key in zip(rows_list, keys, strict=True) if key is None and row >= 0]
+        templates = dict(zip(own, index.parsed(own, _hit_template), strict=True))
         new = tuple.__new__
-        hits = [
-            new(Hit, (*t[0], score, *t[1]))
-            for score, t in zip(scores.tolist(), templates, strict=True)
-            if t is not None
-        ]
+        hits: list[Candidate] = []
+        for score, row, key in zip(scores.tolist(), rows_list, keys, strict=True):
+            if key is not None:
+                hits.append(Scored.of(key, score))
+            elif (t := templates.get(row)) is not None:
+                hits.append(new(Hit, (*t[0], score, *t[1])))
         return hits, filled < depth
     hits = []
     for score, found in zip(scores.tolist(), index.records(rows_list), strict=True):
@@ -657,7 +686,7 @@ def _hit_template(
     return hit[:SCORE], hit[SCORE + 1 :]
 
 
-def settle(hits: list[Hit], fetch: int) -> Found:
+def settle(hits: Sequence[Candidate], fetch: int) -> Found:
     """The ``fetch`` best of ``hits`` (searched ``fetch + 1`` deep) and whether that is all.
 
     When the ``fetch``-th and the next hit score the same, the index chose

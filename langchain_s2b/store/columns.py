@@ -55,6 +55,7 @@ class Shapes:
         """Every shape as JSON text, by index (what is saved)."""
         self._index: dict[str, int] = {}
         self._parsed: dict[int, tuple[dict[str, Any], tuple[str, ...], bool]] = {}
+        self._prefixes: dict[int, str | None] = {}
         self._last: _Sibling | None = None
         self._batch = False
 
@@ -147,11 +148,20 @@ class Shapes:
         return found
 
     def node_key(self, shape: int, split_id: int) -> str | None:
-        """``<source_key>/<level>/<split_id>`` when the shape names both, else ``None``."""
-        template, varying, keyed = self.template(shape)
-        if not keyed or "split_id" not in varying:
-            return None
-        return f"{template['source_key']}/{template['level']}/{split_id}"
+        """``<source_key>/<level>/<split_id>`` when the shape names both, else ``None``.
+
+        Each shape's ``<source_key>/<level>/`` is kept apart from the templates'
+        bounded cache: a query reads ~100 keys of as many shapes (issue 34).
+        """
+        prefix = self._prefixes.get(shape, False)
+        if prefix is False:
+            template, varying, keyed = self.template(shape)
+            prefix = self._prefixes[shape] = (
+                f"{template['source_key']}/{template['level']}/"
+                if keyed and "split_id" in varying
+                else None
+            )
+        return None if prefix is None else f"{prefix}{split_id}"
 
 
 def _pairs(text: str, shape: int) -> list[list[Any]]:

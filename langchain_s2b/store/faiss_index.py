@@ -705,6 +705,19 @@ class FaissIndex(VectorStore):
                 cache.update(made)
             return [made[row] if row in made else cache.get(row) for row in rows]
 
+    def node_keys(self, rows: Sequence[int]) -> list[str | None]:
+        """Per search row, its node key when the row is read from it alone, else ``None``.
+
+        ``None`` for ``-1``, a deleted row, a row stored under a key of its own
+        (not the node key its metadata names), and every row of a database's
+        rows (their hits are read at once).
+        """
+        with self._lock:
+            held = self._rows
+            if not isinstance(held, Records):
+                return [None] * len(rows)
+            return [None if row < 0 else held.node_key(row) for row in rows]
+
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
         """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
         with self._lock:

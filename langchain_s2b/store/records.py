@@ -366,6 +366,12 @@ class Records:
             return named
         return self.shapes.node_key(int(self._shape.data[row]), int(self._split.data[row]))
 
+    def node_key(self, row: int) -> str | None:
+        """The key of a live row when it is the node key its metadata names, else ``None``."""
+        if not self.is_live(row) or row in self._names:
+            return None
+        return self.shapes.node_key(int(self._shape.data[row]), int(self._split.data[row]))
+
     def text(self, row: int) -> str:
         """The text of a live row."""
         start = int(self._offset.data[row])

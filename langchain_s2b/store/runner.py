@@ -33,6 +33,7 @@ from langchain_s2b.core.requests import (
     MendChildren,
     Op,
     Put,
+    ReadHits,
     RebuildLexical,
     Remove,
     RemoveLeaves,
@@ -131,6 +132,8 @@ class Runner:
                 return []
             case LeafHits(keys, flt, vector):
                 return index.leaf_hits(keys, flt, vector)
+            case ReadHits(keys):
+                return index.read_hits(keys)
             case Rerank(reranker, query, documents):
                 return list(reranker.compress_documents(documents, query))
             case Fetch(keys):
@@ -183,6 +186,8 @@ class Runner:
                 return []
             case LeafHits(keys, flt, vector):
                 return await index.aleaf_hits(keys, flt, vector)
+            case ReadHits(keys):
+                return await run_in_executor(None, index.read_hits, keys)
             case Rerank(reranker, query, documents):
                 return list(await reranker.acompress_documents(documents, query))
             case Fetch(keys):

@@ -228,7 +228,9 @@ class TestReturned:
         index = retriever._io.index
         found = index.search(index.embed_query("quokka duke"), "quokka duke", 8, None)
         assert len(found.hits) == 8
-        for hit in found.hits:
+        read = index.read_hits([hit.key for hit in found.hits])  # a search's hits come unread
+        assert len(read) == 8
+        for hit in read.values():
             assert hit.text == TEXT[hit.start : hit.end]
             assert TITLE not in hit.text
 
