@@ -161,10 +161,19 @@ def mode_fields(mode: str) -> dict[str, Any]:
 class Corpus:
     """One retriever per mode, grown in steps (ingest timed per step)."""
 
-    def __init__(self, mode: str, table: dict[str, list[float]], seed: int = 7) -> None:
+    def __init__(
+        self,
+        mode: str,
+        table: dict[str, list[float]],
+        seed: int = 7,
+        index_factory: str = "Flat",
+        search_params: str | None = None,
+    ) -> None:
         self.mode = mode
         self.embedding = BenchEmbedding(DIM)
-        self.index = FaissIndex(CachedQueryEmbedding(self.embedding, table))
+        self.index = FaissIndex(
+            CachedQueryEmbedding(self.embedding, table), index_factory, search_params=search_params
+        )
         self.index._ensure_index(DIM)
         self.retriever = SmallToBigRetriever(vectorstore=self.index, mode=mode, **mode_fields(mode))
         self.synth = Synthesiser(seed=seed)
