@@ -62,7 +62,7 @@ from run import DIM, EMPTY_RETRIEVER, Corpus, log, machine, query_vectors, table
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever  # noqa: E402
 
-QUERY = {"k": 4, "fetch_k": 20, "window_size": 1}
+QUERY: dict[str, Any] = {"k": 4, "fetch_k": 20, "window_size": 1}
 """The issue's call: ``invoke(q, **QUERY)``."""
 HYBRID_DEPTH = 100
 DENSE_DEPTH = 20
