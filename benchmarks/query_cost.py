@@ -267,7 +267,7 @@ def query_cost(
 
 
 def profile_hybrid(corpus: Corpus, queries: list[str], top: int = 15, rounds: int = 3) -> str:
-    """cProfile of the hybrid path's ``invoke`` over the queries: top entries, cumulative and own."""
+    """cProfile of the hybrid path's ``invoke`` over the queries: top entries, cumulative, own."""
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     profiler = cProfile.Profile()
