@@ -389,7 +389,7 @@ def measure(
         from scale import measure_opening
 
         where = code or HERE.parent
-        rows += measure_opening(where, workdir, opening_sizes, QUERY, HYBRID_DEPTH)
+        rows += measure_opening(where, workdir, opening_sizes, QUERY, HYBRID_DEPTH, rounds=5)
         for row in rows[-len(opening_sizes) :]:
             log("opening", json.dumps(row))
     return rows

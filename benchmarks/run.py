@@ -1033,8 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
         from query_cost import measure as cost_measure
 
         cost_rows = cost_measure(
-            [10_000, 100_000] + ([1_000_000] if args.full else []),
-            opening_sizes=[100_000] + ([1_000_000] if args.full else []),
+            sizes,  # opening: from 100k children up (issue 34 item 3)
+            opening_sizes=[size for size in sizes if size >= 100_000],
             code=args.code,
             workdir=args.scale_dir,
         )
