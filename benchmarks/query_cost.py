@@ -115,6 +115,11 @@ class TextFloor:
         self.tantivy = tantivy
         self.parsed: dict[str, Any] = {}
 
+    @property
+    def segments(self) -> int:
+        """How many segments tantivy searches (each commit may add one; merges remove them)."""
+        return int(self.engine.searcher().num_segments)  # type: ignore[union-attr]
+
     def query(self, text: str) -> Any:
         """The library's query for ``text``: one optional term query per distinct term."""
         if text not in self.parsed:
@@ -259,6 +264,7 @@ def query_cost(
                 "own_ms": m[path] - floor,
                 "faiss_depths": faiss_depths,
                 "text_depths": text_depths,
+                "tantivy_segments": text.segments,
                 "queries": len(queries),
                 "rounds": rounds,
             }
