@@ -22,7 +22,11 @@ verdict. Sections:
 * scale -- opening, saving and memory of a saved retriever against ``faiss.read_index``
   plus one JSONL and against LangChain's ``FAISS.load_local``, per mode, and ``s2b
   query``/``--version``/``list`` on stores of 1k to 1M chunks (``scale.py``, issue 21);
-* targets -- every target of issues 14 and 21 next to its figure from this run.
+* query cost -- ``invoke(q, k=4, fetch_k=20, window_size=1)`` over an HNSW32 index, hybrid
+  and dense, against its floor (the bare FAISS and tantivy searches it needs plus an
+  empty retriever's ``invoke``), and opening + the first query against
+  ``faiss.read_index`` + the text read once (``query_cost.py``, issue 34);
+* targets -- every target of issues 14, 21 and 34 next to its figure from this run.
 
 ``--code DIR`` measures the ``langchain_s2b`` of another checkout with this same
 script (a baseline: ``--code ../main``).
@@ -161,10 +165,19 @@ def mode_fields(mode: str) -> dict[str, Any]:
 class Corpus:
     """One retriever per mode, grown in steps (ingest timed per step)."""
 
-    def __init__(self, mode: str, table: dict[str, list[float]], seed: int = 7) -> None:
+    def __init__(
+        self,
+        mode: str,
+        table: dict[str, list[float]],
+        seed: int = 7,
+        index_factory: str = "Flat",
+        search_params: str | None = None,
+    ) -> None:
         self.mode = mode
         self.embedding = BenchEmbedding(DIM)
-        self.index = FaissIndex(CachedQueryEmbedding(self.embedding, table))
+        self.index = FaissIndex(
+            CachedQueryEmbedding(self.embedding, table), index_factory, search_params=search_params
+        )
         self.index._ensure_index(DIM)
         self.retriever = SmallToBigRetriever(vectorstore=self.index, mode=mode, **mode_fields(mode))
         self.synth = Synthesiser(seed=seed)
@@ -921,6 +934,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def print_cost(rows: list[dict[str, Any]]) -> None:
+    """Issue 34's table (each path against its floor, opening), when the run measured it."""
+    if any(row["section"] in ("query cost", "opening") for row in rows):
+        from query_cost import render
+
+        print("\n### query cost and opening against their floors (issue 34)\n")
+        print(render(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="also the 1M-children case")
@@ -943,6 +965,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(args.render.read_text())
         print("machine:", json.dumps(saved["machine"]))
         print(table(saved["rows"]))
+        print_cost(saved["rows"])
         return 0
     info = machine()
     log("machine", json.dumps(info))
@@ -1005,6 +1028,17 @@ def main(argv: list[str] | None = None) -> int:
         scale_sizes = [100_000] + ([1_000_000] if args.full else [])
         scale_rows = scale_measure(code, args.scale_dir, scale_sizes, list(args.modes))
         ROWS.extend(scale_rows)
+    cost_rows: list[dict[str, Any]] = []
+    if "query_cost" not in skip:  # issue 34: a query and opening against their floors
+        from query_cost import measure as cost_measure
+
+        cost_rows = cost_measure(
+            sizes,  # opening: from 100k children up (issue 34 item 3)
+            opening_sizes=[size for size in sizes if size >= 100_000],
+            code=args.code,
+            workdir=args.scale_dir,
+        )
+        ROWS.extend(cost_rows)
     for row in targets(ROWS):
         ROWS.append({"section": "targets", **row})
     if scale_rows:
@@ -1012,10 +1046,16 @@ def main(argv: list[str] | None = None) -> int:
 
         for row in scale_targets(scale_rows):
             ROWS.append({**row, "section": "targets (issue 21)"})
+    if cost_rows:
+        from query_cost import targets as cost_targets
+
+        for row in cost_targets(cost_rows):
+            ROWS.append({"section": "targets (issue 34)", **row})
     info["load average at end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     info["code"] = str(args.code or Path(__file__).resolve().parents[1])
     print("machine:", json.dumps(info))
     print(table(ROWS))
+    print_cost(ROWS)
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "rows": ROWS}, indent=1, default=str))
     return 0

@@ -240,19 +240,32 @@ def work_peer_build(where: str) -> dict[str, Any]:
     return {"peer_rss_rest_mb": rest, "peer_save_s": save_s, "peer_save_peak_mb": peak_mb()}
 
 
-def work_load(side: str, where: str, mode: str) -> dict[str, Any]:
-    """One load in this fresh process: time, RSS at rest after it, its peak; first query."""
-    out = Path(where)
-    if side == "s2b":
-        from corpus import HashEmbedding, load_questions
+def work_load(
+    side: str, where: str, mode: str, query: dict[str, Any] | None = None, depth: int = 100
+) -> dict[str, Any]:
+    """One load in this fresh process: time, RSS at rest after it, its peak; first query.
 
-        from langchain_s2b import SmallToBigRetriever
+    ``open_cpu_s`` is the process CPU time of opening plus the first query
+    (issue 34 item 3): ``load`` and ``invoke(question, **query)`` for s2b;
+    for the ``floor`` side, ``faiss.read_index`` and reading the sources' text
+    once (``sources.txt``, UTF-8), then embedding the same question and a bare
+    FAISS search ``depth`` deep. Both sides import FAISS before the clock
+    starts (``langchain_s2b`` imports it); s2b imports tantivy (~6 ms) inside.
+    """
+    out = Path(where)
+    kwargs = query or {}
+    if side in ("s2b", "floor"):
+        import faiss
+        import numpy as np
+        from corpus import HashEmbedding, load_questions
 
         emb = HashEmbedding(DIM)
         questions = load_questions(12)
+    if side == "s2b":
+        from langchain_s2b import SmallToBigRetriever
     elif side == "baseline":
         import faiss
-    else:
+    elif side == "peer":
         from corpus import HashEmbedding
         from langchain_classic.storage import LocalFileStore
         from langchain_community.vectorstores import FAISS
@@ -260,7 +273,7 @@ def work_load(side: str, where: str, mode: str) -> dict[str, Any]:
         emb = HashEmbedding(DIM)
     before = rss_mb()
     reset_peak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if side == "s2b":
         loaded: Any = SmallToBigRetriever.load(out / "s2b", emb)
     elif side == "baseline":
@@ -268,18 +281,30 @@ def work_load(side: str, where: str, mode: str) -> dict[str, Any]:
         with (out / "baseline.jsonl").open(encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh]
         loaded = (index, rows)
+    elif side == "floor":
+        index = faiss.read_index(str(out / "baseline.faiss"))
+        loaded = (index, (out / "sources.txt").read_text(encoding="utf-8"))
     else:
         store = FAISS.load_local(str(out / "peer"), emb, allow_dangerous_deserialization=True)
         loaded = (store, LocalFileStore(str(out / "peer-parents")))
-    load_s = time.perf_counter() - t0
+    load_s, load_cpu = time.perf_counter() - t0, time.process_time() - c0
+    first_ms = None
+    if side == "s2b":  # opening includes the first query (issue 34)
+        first_ms = _timed_invoke(loaded, questions[0], **kwargs)
+    elif side == "floor":
+        vector = emb.matrix(questions[:1])
+        faiss.normalize_L2(vector)
+        index.search(np.ascontiguousarray(vector), depth)
+    open_cpu = time.process_time() - c0
     peak = peak_mb()
     row: dict[str, Any] = {"load_s": load_s, "rss_before_mb": before, "rss_rest_mb": rss_mb()}
-    row["load_peak_mb"] = peak
-    if side == "s2b":  # the same questions first (after load) and warm (after the others)
-        first = [_timed_invoke(loaded, q) for q in questions[:3]]
-        others = [_timed_invoke(loaded, q) for q in questions[3:]]
+    row |= {"load_peak_mb": peak, "load_cpu_s": load_cpu, "open_cpu_s": open_cpu}
+    if first_ms is not None:  # the same questions first (after load) and warm (after the others)
+        first = [first_ms] + [_timed_invoke(loaded, q, **kwargs) for q in questions[1:3]]
+        others = [_timed_invoke(loaded, q, **kwargs) for q in questions[3:]]
         warm = [
-            statistics.median(_timed_invoke(loaded, q) for _ in range(3)) for q in questions[:3]
+            statistics.median(_timed_invoke(loaded, q, **kwargs) for _ in range(3))
+            for q in questions[:3]
         ]
         row["first_query_ms"] = first[0]
         row["warm_query_ms"] = warm[0]
@@ -288,9 +313,9 @@ def work_load(side: str, where: str, mode: str) -> dict[str, Any]:
     return row
 
 
-def _timed_invoke(retriever: Any, question: str) -> float:
+def _timed_invoke(retriever: Any, question: str, **kwargs: Any) -> float:
     t0 = time.perf_counter()
-    retriever.invoke(question)
+    retriever.invoke(question, **kwargs)
     return (time.perf_counter() - t0) * 1000
 
 
@@ -389,16 +414,7 @@ def measure_api(
     sides: Sides, work: Path, mode: str, size: int, rounds: int
 ) -> list[dict[str, Any]]:
     where = work / f"api-{mode}-{size}"
-    built = where / "built.json"
-    if built.exists():
-        row = json.loads(built.read_text())
-    else:
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-        log(f"  building {mode} {size:,} ...")
-        row = sides.work("build", mode=mode, size=size, where=str(where))
-        row |= sides.work("peer_build", where=str(where))
-        built.write_text(json.dumps(row))
+    row = _built(sides, where, mode, size, peer=True)
     loads: dict[str, list[dict[str, Any]]] = {"s2b": [], "baseline": [], "peer": []}
     for r in range(rounds):
         order = ["s2b", "baseline", "peer"] if r % 2 == 0 else ["peer", "baseline", "s2b"]
@@ -420,6 +436,92 @@ def measure_api(
     out["other_queries_ms"] = statistics.median(r["other_queries_ms"] for r in s2b)
     out["load_peak_over_rest"] = max(r["load_peak_mb"] / r["rss_rest_mb"] for r in s2b)
     return [out]
+
+
+def _built(sides: Sides, where: Path, mode: str, size: int, *, peer: bool) -> dict[str, Any]:
+    """Build (once) the saved retriever and the baseline's files, and the peer's if asked."""
+    built, core = where / "built.json", where / "built-core.json"
+    if built.exists():
+        return dict(json.loads(built.read_text()))
+    if core.exists():
+        row = json.loads(core.read_text())
+    else:
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
+        log(f"  building {mode} {size:,} ...")
+        row = sides.work("build", mode=mode, size=size, where=str(where))
+        core.write_text(json.dumps(row))
+    if peer:
+        row |= sides.work("peer_build", where=str(where))
+        built.write_text(json.dumps(row))
+    return dict(row)
+
+
+def _sources_text(where: Path) -> None:
+    """``sources.txt``: every source document's text (UTF-8), from the baseline's JSONL, once."""
+    target = where / "sources.txt"
+    if target.exists():
+        return
+    with (
+        (where / "baseline.jsonl").open(encoding="utf-8") as fh,
+        target.open("w", encoding="utf-8") as out,
+    ):
+        for line in fh:
+            row = json.loads(line)
+            if row["metadata"].get("level") == "doc":
+                out.write(row["text"])
+                out.write("\n")
+
+
+def measure_opening(
+    code: Path,
+    work: Path,
+    sizes: list[int],
+    query: dict[str, Any],
+    depth: int,
+    rounds: int = 3,
+    mode: str = "window",
+) -> list[dict[str, Any]]:
+    """Opening with the first query vs its floor, in fresh processes (issue 34 item 3).
+
+    Process CPU time of ``load`` + ``invoke(question, **query)`` against
+    ``faiss.read_index`` + reading the sources' text once (``sources.txt``) +
+    the same bare search ``depth`` deep; the corpora of :func:`measure_api`
+    (built here without the peer's files when missing).
+    """
+    sides = Sides(code.resolve())
+    work = work / _tag(code)
+    rows: list[dict[str, Any]] = []
+    for size in sizes:
+        where = work / f"api-{mode}-{size}"
+        built = _built(sides, where, mode, size, peer=False)
+        _sources_text(where)
+        runs: dict[str, list[dict[str, Any]]] = {"s2b": [], "floor": []}
+        for r in range(rounds if size < 1_000_000 else 1):
+            for side in ("s2b", "floor") if r % 2 == 0 else ("floor", "s2b"):
+                runs[side].append(
+                    sides.work(
+                        "load", side=side, where=str(where), mode=mode, query=query, depth=depth
+                    )
+                )
+        s2b = statistics.median(r["open_cpu_s"] for r in runs["s2b"])
+        floor = statistics.median(r["open_cpu_s"] for r in runs["floor"])
+        rows.append(
+            {
+                "section": "opening",
+                "mode": mode,
+                "children": built["children"],
+                "open_cpu_s": s2b,
+                "load_cpu_s": statistics.median(r["load_cpu_s"] for r in runs["s2b"]),
+                "first_query_ms": statistics.median(r["first_query_ms"] for r in runs["s2b"]),
+                "floor_cpu_s": floor,
+                "floor_load_cpu_s": statistics.median(r["load_cpu_s"] for r in runs["floor"]),
+                "ratio": s2b / floor,
+                "all_s": [round(r["open_cpu_s"], 3) for r in runs["s2b"]],
+                "floor_all_s": [round(r["open_cpu_s"], 3) for r in runs["floor"]],
+            }
+        )
+    return rows
 
 
 QUESTIONS = (

@@ -1,0 +1,450 @@
+"""What a query costs against the searches it runs, and opening against its floor (issue 34).
+
+.. code-block:: bash
+
+    python benchmarks/query_cost.py                          # 10k and 100k children
+    python benchmarks/query_cost.py --sizes 10000 --full     # adds 1M (make bench FULL=1)
+    python benchmarks/query_cost.py --json out.json          # the rows, for run.py's targets
+    python benchmarks/query_cost.py --profile 10000          # cProfile of the hybrid path
+
+**Query cost** (item 2). Window mode (sentence leaves) over the synthetic
+corpus (:mod:`corpus`) in a ``FaissIndex("HNSW32", search_params="efSearch=64")``,
+grown to each size in turn; query vectors memoised (``CachedQueryEmbedding``:
+``embed_query`` is a dict lookup, the model costs nothing). Two retrievers
+share that index: ``hybrid=True`` (the default) and ``hybrid=False``. Each
+query runs ``invoke(q, k=4, fetch_k=20, window_size=1)`` on both, and the
+floor's parts for the same query, in an order that rotates query by query:
+
+- the bare FAISS search of the same FAISS object, ``search(qvec, 100)`` (the
+  hybrid path's depth) and ``search(qvec, 20)`` (the dense path's);
+- tantivy's own ``searcher.search(query, 100)`` on the retriever's lexical
+  index, the query parsed as the library parses it (its terms, one optional
+  term query each); the parse and reading the hits' keys are left out;
+- LangChain's ``invoke`` of an empty ``BaseRetriever`` (returns ``[]``).
+
+Hybrid floor = FAISS top-100 + tantivy top-100 + empty invoke; dense floor =
+FAISS top-20 + empty invoke. Times are CPU time of the calling thread
+(``time.thread_time``), medians over the queries and rounds, FAISS
+single-threaded. ``own_ms`` = invoke - floor: the retriever's own work.
+``faiss_depths``/``text_depths`` are the searches the retriever actually asked
+for (recorded once per query before timing).
+
+**Opening** (item 3): :func:`scale.measure_opening`, fresh processes: process
+CPU time of ``SmallToBigRetriever.load`` + the first ``invoke`` vs
+``faiss.read_index`` + reading the saved text once + the same bare search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import importlib
+import io
+import json
+import pkgutil
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from corpus import HashEmbedding, load_questions  # noqa: E402
+from run import DIM, EMPTY_RETRIEVER, Corpus, log, machine, query_vectors, table  # noqa: E402
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever  # noqa: E402
+
+QUERY: dict[str, Any] = {"k": 4, "fetch_k": 20, "window_size": 1}
+"""The issue's call: ``invoke(q, **QUERY)``."""
+HYBRID_DEPTH = 100
+DENSE_DEPTH = 20
+ROUNDS = 2
+
+
+# The library's parts the floor needs (private: looked up defensively) -------------
+
+
+def _library(name: str, default: Any = None) -> Any:
+    """``name`` from the module of ``langchain_s2b`` that defines it (its path may move)."""
+    import langchain_s2b
+
+    candidates = ["langchain_s2b.store.lexical_index"]
+    candidates += [
+        m.name
+        for m in pkgutil.walk_packages(langchain_s2b.__path__, "langchain_s2b.")
+        if "lexical" in m.name
+    ]
+    for module in dict.fromkeys(candidates):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    if default is not None:
+        return default
+    msg = f"query_cost: no langchain_s2b module defines {name!r} any more (it moved); update me"
+    raise RuntimeError(msg)
+
+
+class TextFloor:
+    """tantivy's own search on the lexical index a ``FaissIndex`` holds, as the library asks it."""
+
+    def __init__(self, index: FaissIndex) -> None:
+        import tantivy
+
+        lexical = index.lexical()
+        self.engine = getattr(lexical, "_index", None)
+        self.schema = getattr(lexical, "_schema", None)
+        if self.engine is None or self.schema is None or not hasattr(self.engine, "searcher"):
+            msg = (
+                f"query_cost: FaissIndex.lexical() is a {type(lexical).__name__} without the "
+                "tantivy Index (_index) and schema (_schema) it had; update TextFloor"
+            )
+            raise RuntimeError(msg)
+        self.terms: Callable[[str], list[str]] = _library("query_terms")
+        self.field: str = _library("_TEXT", "text")
+        self.tantivy = tantivy
+        self.parsed: dict[str, Any] = {}
+
+    @property
+    def segments(self) -> int:
+        """How many segments tantivy searches (each commit may add one; merges remove them)."""
+        return int(self.engine.searcher().num_segments)  # type: ignore[union-attr]
+
+    def query(self, text: str) -> Any:
+        """The library's query for ``text``: one optional term query per distinct term."""
+        if text not in self.parsed:
+            t = self.tantivy
+            self.parsed[text] = t.Query.boolean_query(
+                [
+                    (t.Occur.Should, t.Query.term_query(self.schema, self.field, term))
+                    for term in self.terms(text)
+                ]
+            )
+        return self.parsed[text]
+
+    def timed(self, text: str, depth: int) -> float:
+        """Thread CPU seconds of ``searcher.search(query, depth).hits`` (searcher made before)."""
+        query = self.query(text)
+        searcher = self.engine.searcher()  # type: ignore[union-attr]
+        c0 = time.thread_time()
+        searcher.search(query, depth).hits  # noqa: B018
+        return time.thread_time() - c0
+
+
+class Recorder:
+    """Wraps an object and records the depth of each call of one of its methods."""
+
+    def __init__(self, inner: Any, method: str, depth_arg: int) -> None:
+        self.inner, self.method, self.depth_arg = inner, method, depth_arg
+        self.depths: list[int] = []
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        self.depths.append(int(args[self.depth_arg]))
+        return getattr(self.inner, self.method)(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return self._call if name == self.method else getattr(self.inner, name)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def searches_made(
+    retriever: SmallToBigRetriever, index: FaissIndex, query: str
+) -> tuple[list[int], list[int]]:
+    """The FAISS and lexical depths one ``invoke`` asks for (through recording wrappers)."""
+    raw, lexical = index._index, index._lexical
+    vec, text = Recorder(raw, "search", 1), Recorder(lexical, "search", 1)
+    index._index = vec
+    if lexical is not None:
+        index._lexical = text  # type: ignore[assignment]
+    try:
+        retriever.invoke(query, **QUERY)
+    finally:
+        index._index, index._lexical = raw, lexical
+    return vec.depths, text.depths
+
+
+# Query cost -----------------------------------------------------------------------
+
+
+def query_cost(
+    corpus: Corpus, queries: list[str], qvecs: np.ndarray, rounds: int
+) -> list[dict[str, Any]]:
+    """Both paths and their floors at the corpus's current size, interleaved query by query."""
+    index = corpus.index
+    hybrid = corpus.retriever
+    dense = SmallToBigRetriever(
+        vectorstore=index, docstore=hybrid.docstore, mode="window", hybrid=False
+    )
+    raw = index._index
+    if raw is None or not hasattr(raw, "search"):
+        msg = "query_cost: FaissIndex._index is no longer the FAISS index object; update me"
+        raise RuntimeError(msg)
+    text = TextFloor(index)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    plans = {
+        name: [searches_made(r, index, q) for q in queries]
+        for name, r in (("hybrid", hybrid), ("dense", dense))
+    }
+
+    def invoke(retriever: SmallToBigRetriever) -> Callable[[int], float]:
+        def run(i: int) -> float:
+            c0 = time.thread_time()
+            retriever.invoke(queries[i], **QUERY)
+            return time.thread_time() - c0
+
+        return run
+
+    def bare(depth: int) -> Callable[[int], float]:
+        def run(i: int) -> float:
+            row = qvecs[i : i + 1]
+            c0 = time.thread_time()
+            raw.search(row, depth)
+            return time.thread_time() - c0
+
+        return run
+
+    def empty(i: int) -> float:
+        c0 = time.thread_time()
+        EMPTY_RETRIEVER.invoke(queries[i])
+        return time.thread_time() - c0
+
+    parts: dict[str, Callable[[int], float]] = {
+        "hybrid": invoke(hybrid),
+        "dense": invoke(dense),
+        "faiss100": bare(HYBRID_DEPTH),
+        "faiss20": bare(DENSE_DEPTH),
+        "tantivy100": lambda i: text.timed(queries[i], HYBRID_DEPTH),
+        "empty": empty,
+    }
+    names = list(parts)
+    cols: dict[str, list[float]] = {name: [] for name in names}
+    try:
+        for i in range(len(queries)):  # warm-up, untimed
+            for name in names:
+                parts[name](i)
+        for r in range(rounds):
+            for i in range(len(queries)):
+                turn = (r * len(queries) + i) % len(names)
+                for name in names[turn:] + names[:turn]:
+                    cols[name].append(parts[name](i))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    m = {name: statistics.median(values) * 1e3 for name, values in cols.items()}
+    rows = []
+    for path, floor_parts in (
+        ("hybrid", {"faiss_ms": m["faiss100"], "tantivy_ms": m["tantivy100"]}),
+        ("dense", {"faiss_ms": m["faiss20"], "tantivy_ms": 0.0}),
+    ):
+        floor = sum(floor_parts.values()) + m["empty"]
+        faiss_depths = sorted({d for f, _ in plans[path] for d in f})
+        text_depths = sorted({d for _, t in plans[path] for d in t})
+        rows.append(
+            {
+                "section": "query cost",
+                "path": path,
+                "children": len(index),
+                "invoke_ms": m[path],
+                "floor_ms": floor,
+                **floor_parts,
+                "empty_invoke_ms": m["empty"],
+                "ratio": m[path] / floor,
+                "own_ms": m[path] - floor,
+                "faiss_depths": faiss_depths,
+                "text_depths": text_depths,
+                "tantivy_segments": text.segments,
+                "queries": len(queries),
+                "rounds": rounds,
+            }
+        )
+    return rows
+
+
+def profile_hybrid(corpus: Corpus, queries: list[str], top: int = 15, rounds: int = 3) -> str:
+    """cProfile of the hybrid path's ``invoke`` over the queries: top entries, cumulative, own."""
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    profiler = cProfile.Profile()
+    try:
+        profiler.enable()
+        for _ in range(rounds):
+            for q in queries:
+                corpus.retriever.invoke(q, **QUERY)
+        profiler.disable()
+    finally:
+        faiss.omp_set_num_threads(threads)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# Targets --------------------------------------------------------------------------
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 34 items 2 and 3, each next to this run's figure."""
+    out: list[dict[str, Any]] = []
+
+    def add(measure: str, target: str, value: str, met: bool | None) -> None:
+        out.append({"measure": measure, "target": target, "value": value, "met": met})
+
+    cost = [r for r in rows if r["section"] == "query cost"]
+    for r in cost:
+        add(
+            f"query / its floor, {r['path']}, {r['children']:,} children, HNSW32",
+            "<= 3x",
+            f"{r['ratio']:.2f}x ({r['invoke_ms']:.2f} / {r['floor_ms']:.2f} ms)",
+            r["ratio"] <= 3,
+        )
+    for path in ("hybrid", "dense"):
+        own = {r["children"]: r for r in cost if r["path"] == path}
+        if len(own) > 1:
+            lo, hi = own[min(own)], own[max(own)]
+            growth = hi["own_ms"] / lo["own_ms"]
+            units = (hi["own_ms"] / hi["empty_invoke_ms"]) / (lo["own_ms"] / lo["empty_invoke_ms"])
+            add(
+                f"own work (invoke - floor), {path}, {min(own):,} -> {max(own):,} children",
+                "<= 1.5x (10k -> 1M)",
+                f"{lo['own_ms']:.2f} -> {hi['own_ms']:.2f} ms ({growth:.2f}x; {units:.2f}x "
+                "counted in empty invokes timed alongside)",
+                growth <= 1.5 if max(own) >= 1_000_000 else None,  # None: not yet at 1M
+            )
+    for r in (r for r in rows if r["section"] == "opening"):
+        add(
+            f"opening + first query / its floor, {r['mode']}, {r['children']:,} children",
+            "<= 3x",
+            f"{r['ratio']:.2f}x ({r['open_cpu_s']:.2f} / {r['floor_cpu_s']:.2f} s CPU)",
+            r["ratio"] <= 3,
+        )
+    return out
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The issue's tables: each path against its floor per size, and opening."""
+    lines = [
+        "| path | children | invoke | floor (FAISS + tantivy + empty invoke) | ratio | own work |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in (r for r in rows if r["section"] == "query cost"):
+        parts = f"{r['faiss_ms']:.3f} + {r['tantivy_ms']:.3f} + {r['empty_invoke_ms']:.3f}"
+        lines.append(
+            f"| {r['path']} | {r['children']:,} | {r['invoke_ms']:.2f} ms | "
+            f"{r['floor_ms']:.2f} ms ({parts}) | {r['ratio']:.1f}x | {r['own_ms']:.2f} ms |"
+        )
+    opening = [r for r in rows if r["section"] == "opening"]
+    if opening:
+        lines += [
+            "",
+            "| opening + first query | children | s2b (load; first query) | floor "
+            "(read_index + text; search) | ratio |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in opening:
+            lines.append(
+                f"| {r['mode']} | {r['children']:,} | {r['open_cpu_s']:.3f} s "
+                f"({r['load_cpu_s']:.3f} s; {r['first_query_ms']:.1f} ms) | "
+                f"{r['floor_cpu_s']:.3f} s ({r['floor_load_cpu_s']:.3f} s) | {r['ratio']:.1f}x |"
+            )
+    return "\n".join(lines)
+
+
+# Main -----------------------------------------------------------------------------
+
+
+def measure(
+    sizes: list[int],
+    n_queries: int = 60,
+    rounds: int = ROUNDS,
+    *,
+    opening_sizes: list[int] | None = None,
+    code: Path | None = None,
+    workdir: Path = Path("/tmp/s2b-scale"),
+    profile_at: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every row: the query cost at each size (one corpus grown), then opening."""
+    queries = load_questions(n_queries)
+    qvecs = query_vectors(queries, HashEmbedding(DIM))
+    table_ = dict(zip(queries, qvecs.tolist(), strict=True))
+    corpus = Corpus("window", table_, index_factory="HNSW32", search_params="efSearch=64")
+    rows: list[dict[str, Any]] = []
+    for size in sorted(sizes):
+        t0 = time.perf_counter()
+        corpus.grow_to(size)
+        log(f"query cost: {corpus.children:,} children in {time.perf_counter() - t0:.0f} s")
+        got = query_cost(corpus, queries, qvecs, rounds)
+        for row in got:
+            log("query cost", json.dumps(row))
+        rows += got
+        if profile_at == size:
+            log(profile_hybrid(corpus, queries))
+    del corpus
+    gc.collect()
+    if opening_sizes:
+        from scale import measure_opening
+
+        where = code or HERE.parent
+        rows += measure_opening(where, workdir, opening_sizes, QUERY, HYBRID_DEPTH, rounds=5)
+        for row in rows[-len(opening_sizes) :]:
+            log("opening", json.dumps(row))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
+    parser.add_argument("--full", action="store_true", help="also 1M children")
+    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--opening", type=int, nargs="*", help="opening sizes (default: 100k)")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/s2b-scale"))
+    parser.add_argument("--profile", type=int, help="cProfile the hybrid path at this size")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--render", type=Path, help="print the tables of a --json file and stop")
+    args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        print("machine:", json.dumps(saved["machine"]))
+        show(saved["rows"])
+        return 0
+    sizes = sorted(set(args.sizes + ([1_000_000] if args.full else [])))
+    opening = args.opening if args.opening is not None else [100_000]
+    opening = sorted(set(opening + ([1_000_000] if args.full else [])))
+    info = machine()
+    rows = measure(
+        sizes,
+        args.queries,
+        args.rounds,
+        opening_sizes=opening,
+        workdir=args.workdir,
+        profile_at=args.profile,
+    )
+    rows += [{"section": "targets", **row} for row in targets(rows)]
+    print("machine:", json.dumps(info))
+    show(rows)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1, default=str))
+    return 0
+
+
+def show(rows: list[dict[str, Any]]) -> None:
+    """Print the issue's tables and the targets."""
+    print(render(rows))
+    print(table([r for r in rows if r["section"] == "targets"]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
