@@ -19,6 +19,7 @@ from langchain_core.documents import Document
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.filters import matches_filter
+from langchain_s2b.core.hits import Hit, Scored, with_score
 from langchain_s2b.store import faiss_index
 from langchain_s2b.store.child_index import ChildIndex
 from langchain_s2b.store.child_index import _rows as embed_rows
@@ -196,6 +197,13 @@ def test_the_cached_filter_answer_follows_adds_and_deletes() -> None:
     assert sorted(owners) == ["s003"] * 4 + ["s006"] * 4
 
 
+def _searched(child: ChildIndex, vector: list[float], query: str, fetch: int) -> list[Hit]:
+    """A search's hits, read (a search answers with unread ones, issue 34)."""
+    found = child.search(vector, query, fetch, None).hits
+    read = child.read_hits([h.key for h in found if isinstance(h, Scored)])
+    return [with_score(read[h.key], h.score) if isinstance(h, Scored) else h for h in found]
+
+
 def test_a_replaced_child_is_never_served_from_the_hit_cache() -> None:
     index = FaissIndex(BagOfWords())
     meta = {"source_id": "s", "source_key": "k", "level": "sentence", "start": 0}
@@ -203,10 +211,10 @@ def test_a_replaced_child_is_never_served_from_the_hit_cache() -> None:
     index.add_vectors(np.ones((1, 512)), ["apple"], [first], ["k/sentence/0"])
     child = ChildIndex(index)
     vector = [1.0] * 512
-    assert [h.text for h in child.search(vector, "", 3, None)[0]] == ["apple"]
+    assert [h.text for h in _searched(child, vector, "", 3)] == ["apple"]
     second = {**meta, "split_id": 0, "end": 4}
     index.add_vectors(np.ones((1, 512)), ["pear"], [second], ["k/sentence/0"])
-    hits = child.search(vector, "", 3, None)[0]
+    hits = _searched(child, vector, "", 3)
     assert [(h.text, h.end) for h in hits] == [("pear", 4)]
 
 
@@ -236,7 +244,7 @@ def test_identical_children_are_embedded_once_and_found_everywhere() -> None:
         + [f"Pear {i}. " for i in range(3)]
         + [f"{footer} ", footer]
     )
-    found = ChildIndex(index).search(emb.embed_query(footer), footer, 20, None)[0]
+    found = _searched(ChildIndex(index), emb.embed_query(footer), footer, 20)
     exact = sorted(h.key for h in found if h.text.strip() == footer)
     assert len(exact) == 6
     assert len({h.score for h in found if h.text == f"{footer} "}) == 1
