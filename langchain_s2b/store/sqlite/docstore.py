@@ -60,7 +60,13 @@ from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import is_node_key, node_key, parse_node_key, source_key_of
 from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS
-from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks, vector_digest
+from langchain_s2b.store.sqlite.database import (
+    LEXICAL_TABLE,
+    Database,
+    chunks,
+    marks,
+    vector_digest,
+)
 
 __all__ = [
     "CachedEmbeddings",
@@ -79,11 +85,16 @@ __all__ = [
     "text_hash",
     "vector_digest",
 ]
-from langchain_s2b.store.faiss_index import FaissIndex, normalise, read_faiss_file
-from langchain_s2b.store.index_file import INDEX_FILE, index_file, read_record, record_existing
-from langchain_s2b.store.index_file import check as check_file
-from langchain_s2b.store.index_file import write as write_index_file
-from langchain_s2b.store.sqlite_lexical import SQLiteLexical
+from langchain_s2b.store.sqlite.index_file import (
+    INDEX_FILE,
+    index_file,
+    read_record,
+    record_existing,
+)
+from langchain_s2b.store.sqlite.index_file import check as check_file
+from langchain_s2b.store.sqlite.index_file import write as write_index_file
+from langchain_s2b.store.sqlite.sqlite_lexical import SQLiteLexical
+from langchain_s2b.store.vectors import FaissIndex, normalise, read_faiss_file
 
 _marks = marks
 
@@ -488,7 +499,7 @@ class SQLiteContextCache(BaseStore[str, bytes]):
 class SQLiteRows:
     """The child index's records in the database: each leaf a ``children`` row (and its terms).
 
-    The counterpart of :class:`~langchain_s2b.store.records.Records` for
+    The counterpart of :class:`~langchain_s2b.store.vectors.records.Records` for
     :class:`SQLiteFaissIndex`: a leaf's row number is its FAISS id, its key and
     vector are a ``children`` row, its text and metadata are its node in the
     docstore (read when asked for), and its terms a row of the lexical table.
@@ -666,7 +677,7 @@ class SQLiteFaissIndex(FaissIndex):
     state being read (memory-mapped for a reader: no copy, pages read as a
     search touches them), and only when there is none builds it from the
     vectors in the database and writes it. A file that fails its checks
-    (:func:`~langchain_s2b.store.index_file.check`: size, header, count) is
+    (:func:`~langchain_s2b.store.sqlite.index_file.check`: size, header, count) is
     never searched: FAISS is built from the database instead, the problem is
     kept in :attr:`file_problem`, and the file is written again. A hit's key,
     text and metadata are read from the database when a search returns it:
@@ -892,7 +903,7 @@ class SQLiteFaissIndex(FaissIndex):
         is kept (and recorded, if a store made before records left it without
         one), unless ``replace`` (a repair: the file is damaged or does not
         match the database). The new file is written beside it, renamed over
-        it and recorded (:func:`~langchain_s2b.store.index_file.write`; ``wait``:
+        it and recorded (:func:`~langchain_s2b.store.sqlite.index_file.write`; ``wait``:
         seconds to wait for another writer to record it, default the
         database's timeout). A failed write is an ``OSError``. Returns whether
         a file was written.

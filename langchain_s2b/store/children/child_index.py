@@ -36,8 +36,8 @@ from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import SCORE, Hit, hit_from_child, hit_from_metadata
 from langchain_s2b.core.keys import parse_node_key
 from langchain_s2b.core.requests import ChildDamage, Found, Vector
-from langchain_s2b.store.faiss_index import FaissIndex
-from langchain_s2b.store.undo import undone, warn_undo
+from langchain_s2b.store.base import undone, warn_undo
+from langchain_s2b.store.vectors import FaissIndex
 
 _BY_SCORE = operator.itemgetter(SCORE)
 Vectors = list[list[float]] | None

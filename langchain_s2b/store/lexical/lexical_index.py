@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.stored import Entry
-from langchain_s2b.store.columns import first_line
+from langchain_s2b.store.base import first_line
 
 _KEY = "key"
 _SOURCE = "source"

@@ -1,12 +1,13 @@
 """The child index's records (each FAISS row's key, text and metadata) as columns.
 
-A row of :class:`~langchain_s2b.store.faiss_index.FaissIndex` is a leaf: its key,
+A row of :class:`~langchain_s2b.store.vectors.faiss_index.FaissIndex` is a leaf: its key,
 its text and its metadata. Held as Python objects that is ~1.5 KB a row beyond
 the text (a dict, its values, a ``Document``, the key maps); here a row is a
 few numbers in numpy arrays:
 
 - the text: UTF-8 in a few ``bytes`` blocks (one per add), a row's block and span;
-- the metadata: a shared shape and three numbers (:class:`~langchain_s2b.store.columns.Shapes`);
+- the metadata: a shared shape and three numbers
+  (:class:`~langchain_s2b.store.base.columns.Shapes`);
 - the key: derived as ``<source_key>/<level>/<split_id>`` from the metadata when
   it is exactly that (every leaf the retriever writes), found through one small
   array per ``(source key, level)``; any other key is kept in a dict.
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from langchain_s2b.store.columns import (
+from langchain_s2b.store.base import (
     SLOTS_PER_ENTRY,
     SLOTS_SLACK,
     Column,

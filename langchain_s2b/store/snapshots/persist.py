@@ -9,9 +9,10 @@ A save directory holds complete snapshots and a pointer to the current one::
         children.faiss         faiss.write_index of the child index
         children.json          its header (dimension, factory, next row id, count)
         records.*              the children's keys, text and metadata as columns
-                               (:mod:`~langchain_s2b.store.records`)
+                               (:mod:`~langchain_s2b.store.vectors.records`)
         nodes.*                the docstore, when it lives in memory: nodes as spans
-                               over their source's text (:mod:`~langchain_s2b.store.node_store`)
+                               over their source's text
+                               (:mod:`~langchain_s2b.store.nodes.node_store`)
         lexical/               the lexical index (tantivy's own files), with hybrid search
 
 Loading reads these as they are: numpy arrays (``allow_pickle=False``), one
@@ -65,25 +66,26 @@ from langchain_core.vectorstores import VectorStore
 from langchain_s2b.core.lifecycle import Config
 from langchain_s2b.core.splitters import build_splitter, describe_splitter
 from langchain_s2b.core.tree import Level
-from langchain_s2b.store.codec import DocumentCodecStore, decode_document, encode_document
-from langchain_s2b.store.columns import first_line
-from langchain_s2b.store.faiss_index import (
-    LEGACY_RECORDS_FILE,
-    SAVED_FILES,
-    FaissIndex,
-)
-from langchain_s2b.store.files import (
+from langchain_s2b.store.base import (
     TEMP_PREFIX,
     class_name,
+    first_line,
     fsync_and_hash,
     fsync_dir,
     sha256_file,
     write_json,
     write_text_atomic,
 )
-from langchain_s2b.store.lexical_index import LexicalIndex
-from langchain_s2b.store.node_store import FILES as NODE_FILES
-from langchain_s2b.store.node_store import NodeStore, copy_into
+from langchain_s2b.store.lexical import LexicalIndex
+from langchain_s2b.store.nodes import (
+    NODE_FILES,
+    DocumentCodecStore,
+    NodeStore,
+    copy_into,
+    decode_document,
+    encode_document,
+)
+from langchain_s2b.store.vectors import LEGACY_RECORDS_FILE, SAVED_FILES, FaissIndex
 
 if sys.platform != "win32":
     import fcntl
