@@ -113,7 +113,7 @@ from langchain_s2b.store.sqlite import docstore as sqlite
 from langchain_s2b.store.sqlite import sqlite_lexical
 from langchain_s2b.store.sqlite.database import Database
 from langchain_s2b.store.sqlite.docstore import index_file
-from langchain_s2b.store.vectors.faiss_index import normalise
+from langchain_s2b.store.vectors import normalise
 
 CI = os.environ.get("CI", "").lower() == "true"
 SEQUENCES = int(os.environ.get("S2B_CLI_SEQUENCES", 60 if CI else 30))

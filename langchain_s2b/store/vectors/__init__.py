@@ -12,22 +12,22 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from langchain_s2b.store.vectors.faiss_index import (
+    from langchain_s2b.store.vectors.faiss_base import normalise
+    from langchain_s2b.store.vectors.faiss_files import (
         LEGACY_RECORDS_FILE,
         SAVED_FILES,
-        FaissIndex,
-        normalise,
         read_faiss_file,
     )
+    from langchain_s2b.store.vectors.faiss_index import FaissIndex
 
 __all__ = ["FaissIndex", "LEGACY_RECORDS_FILE", "SAVED_FILES", "normalise", "read_faiss_file"]
 
 _HOMES = {
-    "LEGACY_RECORDS_FILE": "langchain_s2b.store.vectors.faiss_index",
-    "SAVED_FILES": "langchain_s2b.store.vectors.faiss_index",
+    "normalise": "langchain_s2b.store.vectors.faiss_base",
+    "LEGACY_RECORDS_FILE": "langchain_s2b.store.vectors.faiss_files",
+    "SAVED_FILES": "langchain_s2b.store.vectors.faiss_files",
+    "read_faiss_file": "langchain_s2b.store.vectors.faiss_files",
     "FaissIndex": "langchain_s2b.store.vectors.faiss_index",
-    "normalise": "langchain_s2b.store.vectors.faiss_index",
-    "read_faiss_file": "langchain_s2b.store.vectors.faiss_index",
 }
 _ORIGINAL: dict[str, str] = {}
 
