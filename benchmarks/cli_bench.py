@@ -128,7 +128,7 @@ def _chunk_texts(folder: Path) -> list[str]:
 def child_model(folder: Path) -> dict[str, Any]:
     """The model alone: load it, then embed the chunks in one call."""
     from langchain_s2b.embeddings import LocalE5Embeddings
-    from langchain_s2b.store.sqlite.docstore import text_hash
+    from langchain_s2b.store.sqlite import text_hash
 
     texts = _chunk_texts(folder)
     loads = _LoadTimer()

@@ -21,7 +21,7 @@ Writers take an inter-process lock (``filelock``) for their whole run, so two
 runs never interleave; a second writer waits (or, with ``--no-wait``, says in
 one line that the store is in use). Readers take no lock: they read one SQLite
 snapshot (WAL), so they see the store as it was before or after a writer's
-commit, never half of one. See :mod:`langchain_s2b.store.sqlite.docstore` for how nodes,
+commit, never half of one. See :mod:`langchain_s2b.store.sqlite` for how nodes,
 manifests and the child index commit together.
 
 This module imports only :mod:`sqlite3` and the light parts of the package: a

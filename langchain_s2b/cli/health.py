@@ -2,7 +2,7 @@
 
 The checks go from the bytes up:
 
-1. the rows (:func:`~langchain_s2b.store.sqlite.docstore.find_damage`): SQLite's own
+1. the rows (:func:`~langchain_s2b.store.sqlite.damage.find_damage`): SQLite's own
    check of the file, every text and metadata row decodes, every vector
    matches its digest, every child's vector is the one made for its text; and
    every indexed-file record decodes;

@@ -24,7 +24,7 @@ from langchain_s2b.cli import commands as cli
 from langchain_s2b.cli import models, progress
 from langchain_s2b.cli.commands import main
 from langchain_s2b.embeddings import HashingEmbeddings
-from langchain_s2b.store.sqlite.docstore import text_hash, vector_digest
+from langchain_s2b.store.sqlite import text_hash, vector_digest
 
 from .test_cli_files import _pdf
 

@@ -15,7 +15,7 @@ from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.folder import PENDING, read_embedded
 from langchain_s2b.cli.index_dir import open_store
 from langchain_s2b.cli.live import LiveStore
-from langchain_s2b.store.sqlite.docstore import Database
+from langchain_s2b.store.sqlite import Database
 
 from ._chat import Situating
 

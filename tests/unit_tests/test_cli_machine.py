@@ -108,11 +108,11 @@ from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.embeddings import HashingEmbeddings
+from langchain_s2b.store import sqlite
 from langchain_s2b.store.lexical.lexical_index import analyze
-from langchain_s2b.store.sqlite import docstore as sqlite
 from langchain_s2b.store.sqlite import sqlite_lexical
 from langchain_s2b.store.sqlite.database import Database
-from langchain_s2b.store.sqlite.docstore import index_file
+from langchain_s2b.store.sqlite.index_file import index_file
 from langchain_s2b.store.vectors import normalise
 
 CI = os.environ.get("CI", "").lower() == "true"

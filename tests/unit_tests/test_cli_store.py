@@ -18,7 +18,7 @@ from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import open_store, writer_lock
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.sqlite.docstore import (
+from langchain_s2b.store.sqlite import (
     CachedEmbeddings,
     Database,
     SQLiteDocStore,

@@ -28,7 +28,7 @@ from langchain_s2b.core.budget import TokenCounter, approximate_tokens, fitting_
 from langchain_s2b.core.filters import check_dict_filter, matches_filter
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.evaluation.scoring import whitespace_tokens
-from langchain_s2b.store.sqlite.docstore import Database
+from langchain_s2b.store.sqlite import Database
 
 NORMANS = (
     "# Normans\n\nThe Normans gave their name to Normandy. Their leader Rollo swore fealty "

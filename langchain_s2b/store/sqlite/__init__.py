@@ -15,25 +15,27 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from langchain_s2b.store.sqlite.database import (
-        SCHEMA_VERSION,
-        Database,
-        dangling_children,
-        upgrade,
-    )
-    from langchain_s2b.store.sqlite.docstore import (
-        CachedEmbeddings,
+    from langchain_s2b.store.sqlite.cached_embeddings import CachedEmbeddings, text_hash
+    from langchain_s2b.store.sqlite.context_cache import SQLiteContextCache
+    from langchain_s2b.store.sqlite.damage import (
         Damage,
-        SQLiteContextCache,
-        SQLiteDocStore,
-        SQLiteFaissIndex,
         file_damage,
         find_damage,
         mend,
         readable_rows,
         salvage_vectors,
-        text_hash,
     )
+    from langchain_s2b.store.sqlite.database import (
+        SCHEMA_VERSION,
+        Database,
+        dangling_children,
+        upgrade,
+        vector_digest,
+    )
+    from langchain_s2b.store.sqlite.docstore import SQLiteDocStore
+    from langchain_s2b.store.sqlite.rows import SQLiteRows
+    from langchain_s2b.store.sqlite.sqlite_faiss import SQLiteFaissIndex
+    from langchain_s2b.store.sqlite.sqlite_lexical import SQLiteLexical
 
 __all__ = [
     "CachedEmbeddings",
@@ -43,6 +45,8 @@ __all__ = [
     "SQLiteContextCache",
     "SQLiteDocStore",
     "SQLiteFaissIndex",
+    "SQLiteLexical",
+    "SQLiteRows",
     "dangling_children",
     "file_damage",
     "find_damage",
@@ -51,6 +55,7 @@ __all__ = [
     "salvage_vectors",
     "text_hash",
     "upgrade",
+    "vector_digest",
 ]
 
 _HOMES = {
@@ -58,17 +63,20 @@ _HOMES = {
     "Database": "langchain_s2b.store.sqlite.database",
     "dangling_children": "langchain_s2b.store.sqlite.database",
     "upgrade": "langchain_s2b.store.sqlite.database",
-    "CachedEmbeddings": "langchain_s2b.store.sqlite.docstore",
-    "Damage": "langchain_s2b.store.sqlite.docstore",
-    "SQLiteContextCache": "langchain_s2b.store.sqlite.docstore",
+    "vector_digest": "langchain_s2b.store.sqlite.database",
+    "CachedEmbeddings": "langchain_s2b.store.sqlite.cached_embeddings",
+    "text_hash": "langchain_s2b.store.sqlite.cached_embeddings",
+    "SQLiteContextCache": "langchain_s2b.store.sqlite.context_cache",
+    "Damage": "langchain_s2b.store.sqlite.damage",
+    "file_damage": "langchain_s2b.store.sqlite.damage",
+    "find_damage": "langchain_s2b.store.sqlite.damage",
+    "mend": "langchain_s2b.store.sqlite.damage",
+    "readable_rows": "langchain_s2b.store.sqlite.damage",
+    "salvage_vectors": "langchain_s2b.store.sqlite.damage",
     "SQLiteDocStore": "langchain_s2b.store.sqlite.docstore",
-    "SQLiteFaissIndex": "langchain_s2b.store.sqlite.docstore",
-    "file_damage": "langchain_s2b.store.sqlite.docstore",
-    "find_damage": "langchain_s2b.store.sqlite.docstore",
-    "mend": "langchain_s2b.store.sqlite.docstore",
-    "readable_rows": "langchain_s2b.store.sqlite.docstore",
-    "salvage_vectors": "langchain_s2b.store.sqlite.docstore",
-    "text_hash": "langchain_s2b.store.sqlite.docstore",
+    "SQLiteRows": "langchain_s2b.store.sqlite.rows",
+    "SQLiteFaissIndex": "langchain_s2b.store.sqlite.sqlite_faiss",
+    "SQLiteLexical": "langchain_s2b.store.sqlite.sqlite_lexical",
 }
 _ORIGINAL: dict[str, str] = {}
 

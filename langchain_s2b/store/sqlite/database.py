@@ -2,7 +2,7 @@
 
 Only :mod:`sqlite3` is imported here, so a command that reads the store's
 settings or its list of files (``s2b list``) opens it without loading numpy,
-FAISS or LangChain. What is stored and how is in :mod:`langchain_s2b.store.sqlite.docstore`.
+FAISS or LangChain. What is stored and how is in :mod:`langchain_s2b.store.sqlite`.
 
 **The commit counter.** ``meta.commit`` is a number that every write
 transaction that changes what a search sees (nodes, leaves, the lexical index,

@@ -15,7 +15,7 @@ file's size, the FAISS header and the vector count it declares, against the
 record or, without one, against the database); ``digest=True`` (``s2b
 verify``) also hashes the whole file. A file that fails is never searched:
 the command builds FAISS from the database instead (see
-:class:`~langchain_s2b.store.sqlite.docstore.SQLiteFaissIndex`).
+:class:`~langchain_s2b.store.sqlite.sqlite_faiss.SQLiteFaissIndex`).
 """
 
 from __future__ import annotations
