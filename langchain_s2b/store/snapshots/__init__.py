@@ -13,14 +13,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from langchain_s2b.store.snapshots.persist import (
+    from langchain_s2b.store.snapshots.persist import Loaded, Saved, load, save
+    from langchain_s2b.store.snapshots.settings import (
         NOTHING_EMBEDDED,
-        Loaded,
-        Saved,
         check_embedded,
         embedded_setting,
-        load,
-        save,
     )
 
 __all__ = [
@@ -34,13 +31,13 @@ __all__ = [
 ]
 
 _HOMES = {
-    "NOTHING_EMBEDDED": "langchain_s2b.store.snapshots.persist",
     "Loaded": "langchain_s2b.store.snapshots.persist",
     "Saved": "langchain_s2b.store.snapshots.persist",
-    "check_embedded": "langchain_s2b.store.snapshots.persist",
-    "embedded_setting": "langchain_s2b.store.snapshots.persist",
     "load": "langchain_s2b.store.snapshots.persist",
     "save": "langchain_s2b.store.snapshots.persist",
+    "NOTHING_EMBEDDED": "langchain_s2b.store.snapshots.settings",
+    "check_embedded": "langchain_s2b.store.snapshots.settings",
+    "embedded_setting": "langchain_s2b.store.snapshots.settings",
 }
 _ORIGINAL: dict[str, str] = {}
 
