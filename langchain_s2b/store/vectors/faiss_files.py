@@ -23,7 +23,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.store.vectors.faiss_base import FaissBase
-from langchain_s2b.store.vectors.records import FILES as RECORD_FILES
+from langchain_s2b.store.vectors.record_files import FILES as RECORD_FILES
 from langchain_s2b.store.vectors.records import Records
 
 INDEX_FILE = "children.faiss"
