@@ -203,3 +203,18 @@ def test_each_room_has_a_docstring_and_a_face() -> None:
             if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
         ]
         assert "__all__" in names, room
+
+
+def test_store_modules_and_classes_stay_small() -> None:
+    big = []
+    for path in sorted(STORE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        name = module_name(path)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            big.append((name, len(text.splitlines())))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    big.append((f"{name}.{node.name}", lines))
+    assert big == []
