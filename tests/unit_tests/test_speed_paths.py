@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.filters import matches_filter
 from langchain_s2b.store.children.child_index import ChildIndex
-from langchain_s2b.store.children.child_index import _rows as embed_rows
+from langchain_s2b.store.children.child_writes import _rows as embed_rows
 from langchain_s2b.store.vectors import faiss_index
 
 from ._embeddings import BagOfWords
