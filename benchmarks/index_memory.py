@@ -53,7 +53,7 @@ MB = 10**6
 ARTICLE_SEED = 11
 IMPORTS = (
     "import langchain_s2b.cli.actions, langchain_s2b.cli.indexer, langchain_s2b.cli.index_dir, "
-    "langchain_s2b.store.sqlite, langchain_s2b.embeddings"
+    "langchain_s2b.store.sqlite.sqlite_faiss, langchain_s2b.embeddings"
 )
 """What ``s2b index`` has imported before it reads a file (the baseline process imports it)."""
 RUN = "import sys; from langchain_s2b.cli.commands import main; sys.exit(main(sys.argv[1:]))"

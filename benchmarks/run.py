@@ -68,7 +68,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.splitters import section_splitter, size_splitter
-from langchain_s2b.store.faiss_index import normalise
+from langchain_s2b.store.vectors import normalise
 
 MODES = ("parent", "window", "multilevel")
 DIM = 384

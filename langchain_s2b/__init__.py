@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from langchain_s2b.core.tree import Level
     from langchain_s2b.expander import SentenceWindowExpander, WindowSplitter
     from langchain_s2b.retriever import SmallToBigRetriever
-    from langchain_s2b.store.codec import DocumentCodecStore
-    from langchain_s2b.store.faiss_index import FaissIndex
+    from langchain_s2b.store.nodes import DocumentCodecStore
+    from langchain_s2b.store.vectors import FaissIndex
 
 __version__ = "0.1.0"
 
@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 _HOMES = {
-    "DocumentCodecStore": "langchain_s2b.store.codec",
-    "FaissIndex": "langchain_s2b.store.faiss_index",
+    "DocumentCodecStore": "langchain_s2b.store.nodes",
+    "FaissIndex": "langchain_s2b.store.vectors",
     "IndexingResult": "langchain_s2b.core.ingest",
     "Level": "langchain_s2b.core.tree",
     "SentenceSplitter": "langchain_s2b.core.splitters",

@@ -28,7 +28,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens, fitting_prefix
-from langchain_s2b.store.files import sha256_file
+from langchain_s2b.store.base import sha256_file
 
 MODEL_FILE = "e5-small-q4.bin"
 MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"

@@ -66,14 +66,11 @@ from langchain_s2b.core.retrieval import retrieve
 from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import Level, check_levels
 from langchain_s2b.embeddings import query_window
-from langchain_s2b.store import persist
-from langchain_s2b.store.child_index import ChildIndex
-from langchain_s2b.store.codec import DocumentCodecStore
-from langchain_s2b.store.faiss_index import FaissIndex
-from langchain_s2b.store.hybrid_index import DenseChildIndex, HybridChildIndex
-from langchain_s2b.store.node_store import NodeStore
+from langchain_s2b.store.children import ChildIndex, DenseChildIndex, HybridChildIndex
+from langchain_s2b.store.nodes import ContextWriter, DocumentCodecStore, NodeStore, model_name
 from langchain_s2b.store.runner import Runner
-from langchain_s2b.store.situator import ContextWriter, model_name
+from langchain_s2b.store.snapshots import persist
+from langchain_s2b.store.vectors import FaissIndex
 
 T = TypeVar("T")
 _NOT_SAVED = frozenset(

@@ -49,8 +49,8 @@ from typing import Any, TextIO
 from langchain_s2b.cli import specs
 from langchain_s2b.cli.errors import DamagedDatabaseError, UserError
 from langchain_s2b.cli.options import INDEX_MODE
-from langchain_s2b.store.database import Database, dangling_children
-from langchain_s2b.store.files import write_text_atomic
+from langchain_s2b.store.base import write_text_atomic
+from langchain_s2b.store.sqlite import Database, dangling_children
 
 DB_FILE = "s2b.sqlite"
 LOCK_FILE = "s2b.lock"

@@ -2,13 +2,13 @@
 
 The checks go from the bytes up:
 
-1. the rows (:func:`~langchain_s2b.store.sqlite.find_damage`): SQLite's own
+1. the rows (:func:`~langchain_s2b.store.sqlite.damage.find_damage`): SQLite's own
    check of the file, every text and metadata row decodes, every vector
    matches its digest, every child's vector is the one made for its text; and
    every indexed-file record decodes;
 2. the files beside the database: the FAISS file of the last commit (its
    size, header, count and SHA-256 against the record made when it was
-   written, :mod:`langchain_s2b.store.index_file`, and its ids and vectors
+   written, :mod:`langchain_s2b.store.sqlite.index_file`, and its ids and vectors
    against the database's), and ``s2b.json`` (its digest, and that it lists
    what the database holds);
 3. the documents (:func:`~langchain_s2b.core.verify.check` with ``digests``):
@@ -57,9 +57,6 @@ from langchain_s2b.core.keys import (
     source_key_of,
 )
 from langchain_s2b.core.verify import VerifyReport
-from langchain_s2b.store.faiss_index import normalise
-from langchain_s2b.store.index_file import check as check_file
-from langchain_s2b.store.index_file import index_file, read_record
 from langchain_s2b.store.sqlite import (
     Damage,
     Database,
@@ -69,6 +66,9 @@ from langchain_s2b.store.sqlite import (
     readable_rows,
     salvage_vectors,
 )
+from langchain_s2b.store.sqlite.index_file import check as check_file
+from langchain_s2b.store.sqlite.index_file import index_file, read_record
+from langchain_s2b.store.vectors import normalise
 
 
 @dataclass

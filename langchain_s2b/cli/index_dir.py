@@ -53,13 +53,15 @@ from langchain_s2b.cli.folder import _check_directory as check_directory
 from langchain_s2b.cli.options import INDEX_MODE, PARENT_LEVEL, PARENT_LEVELS
 from langchain_s2b.core.headers import DEFAULT_CONTEXTUAL_HEADERS
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.database import SCHEMA_VERSION, Database, upgrade
-from langchain_s2b.store.situator import ContextWriter
+from langchain_s2b.store.nodes import ContextWriter
 from langchain_s2b.store.sqlite import (
+    SCHEMA_VERSION,
     CachedEmbeddings,
+    Database,
     SQLiteContextCache,
     SQLiteDocStore,
     SQLiteFaissIndex,
+    upgrade,
 )
 
 __all__ = [

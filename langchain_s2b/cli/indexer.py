@@ -69,7 +69,7 @@ from langchain_s2b.core.keys import encode_source_key, manifest_key, node_key
 from langchain_s2b.core.situate import leaf_contexts, pieces
 from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import DOC_LEVEL, build_tree, split_part, split_progress, user_metadata
-from langchain_s2b.store.situator import ContextFailedError, ContextWriter
+from langchain_s2b.store.nodes import ContextFailedError, ContextWriter
 
 GROUP_CHARS = 250_000
 """Text per write transaction (a larger file is a group of its own)."""

@@ -50,7 +50,7 @@ def commit_stamp(db: Database) -> tuple[str, int] | None:
     """The store's commit counter in the snapshot being read (call in a read transaction).
 
     ``(database id, counter)``: the counter rises with every commit that
-    changes what a search sees (:mod:`langchain_s2b.store.database`), in that
+    changes what a search sees (:mod:`langchain_s2b.store.sqlite.database`), in that
     commit; batches of new vectors that an indexing run commits before its
     files do not count. Read inside the caller's snapshot, it belongs to the
     state the caller reads.

@@ -6,9 +6,9 @@ combine with ``$and $or $not``. Values compare as JSON reads them: a tuple is
 an array, equal to the list of the same items (metadata is saved as JSON, so a
 tuple comes back a list; a store that filters in its own engine sees an
 array). A callable on the metadata dict is accepted too by the in-memory
-indexes. :class:`~langchain_s2b.store.faiss_index.FaissIndex`
+indexes. :class:`~langchain_s2b.store.vectors.faiss_index.FaissIndex`
 evaluates it after its search (FAISS has no metadata);
-:func:`~langchain_s2b.store.child_index.native_filter` translates it for other
+:func:`~langchain_s2b.store.children.child_index.native_filter` translates it for other
 child indexes.
 """
 

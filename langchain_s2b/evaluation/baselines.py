@@ -17,7 +17,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from langchain_s2b.core.tree import Splitter, split_spans
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.vectors import FaissIndex
 
 
 def chunk_documents(documents: Sequence[Document], splitter: Splitter) -> list[Document]:

@@ -46,9 +46,8 @@ from langchain_s2b.core.requests import (
     WriteContexts,
 )
 from langchain_s2b.core.stored import stored_leaves
-from langchain_s2b.store.child_index import ChildIndex
-from langchain_s2b.store.hybrid_index import HybridChildIndex
-from langchain_s2b.store.situator import ContextWriter
+from langchain_s2b.store.children import ChildIndex, HybridChildIndex
+from langchain_s2b.store.nodes import ContextWriter
 
 T = TypeVar("T")
 

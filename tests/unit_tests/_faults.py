@@ -19,8 +19,8 @@ from typing import Any
 import faiss
 import pytest
 
-from langchain_s2b.store.lexical_index import LexicalIndex
-from langchain_s2b.store.records import Records
+from langchain_s2b.store.lexical.lexical_index import LexicalIndex
+from langchain_s2b.store.vectors.records import Records
 
 
 class DiskFullError(OSError):

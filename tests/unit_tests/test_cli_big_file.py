@@ -35,13 +35,13 @@ from langchain_s2b.cli.commands import main
 from langchain_s2b.core import lifecycle
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.faiss_index import FaissIndex
 from langchain_s2b.store.sqlite import Database, SQLiteDocStore, SQLiteFaissIndex
+from langchain_s2b.store.vectors.faiss_index import FaissIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPORTS = (
     "import langchain_s2b.cli.actions, langchain_s2b.cli.indexer, langchain_s2b.cli.index_dir, "
-    "langchain_s2b.store.sqlite, langchain_s2b.embeddings"
+    "langchain_s2b.store.sqlite.sqlite_faiss, langchain_s2b.embeddings"
 )
 """What ``s2b index`` has imported before it reads a file."""
 RUN = "import sys; from langchain_s2b.cli.commands import main; sys.exit(main(sys.argv[1:]))"

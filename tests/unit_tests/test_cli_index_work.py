@@ -17,8 +17,8 @@ from langchain_s2b.cli.indexer import leaf_texts
 from langchain_s2b.cli.loaders import read_documents
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store import lexical_index
-from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.lexical import lexical_index
+from langchain_s2b.store.vectors.faiss_index import FaissIndex
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 ONE = (
@@ -70,8 +70,9 @@ def test_the_planning_pass_splits_like_a_hybrid_retriever_without_a_bm25_index(
     recorder = _Recorder()
     SmallToBigRetriever(vectorstore=FaissIndex(recorder), mode="multilevel").add_documents(docs)
     made = _Count(lexical_index.LexicalIndex)
-    monkeypatch.setattr("langchain_s2b.store.faiss_index.LexicalIndex", made)
-    monkeypatch.setattr("langchain_s2b.store.hybrid_index.LexicalIndex", made)
+    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_index.LexicalIndex", made)
+    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_writes.LexicalIndex", made)
+    monkeypatch.setattr("langchain_s2b.store.children.hybrid_index.LexicalIndex", made)
     assert leaf_texts(docs) == recorder.texts  # same chunks, same order as the store embeds
     assert len(recorder.texts) == 578
     assert made.calls == 0
@@ -88,8 +89,9 @@ def test_index_and_delete_make_the_model_once_and_no_bm25_index(
     made = _Count(models.make_embedding)
     lexical = _Count(lexical_index.LexicalIndex)
     monkeypatch.setattr(models, "make_embedding", made)
-    monkeypatch.setattr("langchain_s2b.store.faiss_index.LexicalIndex", lexical)
-    monkeypatch.setattr("langchain_s2b.store.hybrid_index.LexicalIndex", lexical)
+    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_index.LexicalIndex", lexical)
+    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_writes.LexicalIndex", lexical)
+    monkeypatch.setattr("langchain_s2b.store.children.hybrid_index.LexicalIndex", lexical)
 
     assert main(["index", str(folder), "--store", str(store)]) == 0  # a new store
     assert (made.calls, lexical.calls) == (1, 0)

@@ -108,11 +108,12 @@ from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.embeddings import HashingEmbeddings
-from langchain_s2b.store import sqlite, sqlite_lexical
-from langchain_s2b.store.database import Database
-from langchain_s2b.store.faiss_index import normalise
-from langchain_s2b.store.lexical_index import analyze
-from langchain_s2b.store.sqlite import index_file
+from langchain_s2b.store import sqlite
+from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.sqlite import sqlite_lexical
+from langchain_s2b.store.sqlite.database import Database
+from langchain_s2b.store.sqlite.index_file import index_file
+from langchain_s2b.store.vectors import normalise
 
 CI = os.environ.get("CI", "").lower() == "true"
 SEQUENCES = int(os.environ.get("S2B_CLI_SEQUENCES", 60 if CI else 30))

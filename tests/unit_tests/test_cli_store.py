@@ -18,8 +18,13 @@ from langchain_s2b.cli.commands import main
 from langchain_s2b.cli.index_dir import open_store, writer_lock
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.faiss_index import FaissIndex
-from langchain_s2b.store.sqlite import CachedEmbeddings, Database, SQLiteDocStore, text_hash
+from langchain_s2b.store.sqlite import (
+    CachedEmbeddings,
+    Database,
+    SQLiteDocStore,
+    text_hash,
+)
+from langchain_s2b.store.vectors.faiss_index import FaissIndex
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 ENV = {**os.environ, cli.EMBEDDING_ENV: "fake", "PYTHONPATH": str(Path(__file__).parents[2])}

@@ -19,9 +19,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.store.columns import Shapes
-from langchain_s2b.store.node_store import NodeStore, byte_offsets
-from langchain_s2b.store.records import Records
+from langchain_s2b.store.base.columns import Shapes
+from langchain_s2b.store.nodes.node_store import NodeStore, byte_offsets
+from langchain_s2b.store.vectors.records import Records
 
 TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from("é—\U0001f600\ud800"), max_size=12)
 SCALAR = (
@@ -274,7 +274,9 @@ class TestOpeningBuildsNothing:
     def test_load_makes_no_document_and_indexes_nothing(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from langchain_s2b.store import lexical_index, node_store, persist
+        from langchain_s2b.store.lexical import lexical_index
+        from langchain_s2b.store.nodes import node_store
+        from langchain_s2b.store.snapshots import persist
 
         docs = [Document(f"Part {i}. Walrus {i} swims. The end {i}.", id=f"d{i}") for i in range(5)]
         r = SmallToBigRetriever.from_documents(

@@ -19,8 +19,8 @@ from langchain_core.stores import InMemoryStore
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import build_tree
-from langchain_s2b.store import persist
 from langchain_s2b.store.runner import ReadWriteLock
+from langchain_s2b.store.snapshots import persist
 
 from ._embeddings import BagOfWords
 

@@ -22,7 +22,7 @@ from langchain_s2b.core.situate import (
 )
 from langchain_s2b.core.splitters import SentenceSplitter
 from langchain_s2b.core.tree import Level
-from langchain_s2b.store.situator import ContextFailedError
+from langchain_s2b.store.nodes.situator import ContextFailedError
 
 from ._chat import Situating, chunk_of
 from .test_headers import Recording

@@ -35,10 +35,10 @@ from langchain_core.stores import InMemoryStore
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.store import records as records_module
-from langchain_s2b.store.faiss_index import normalise
-from langchain_s2b.store.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical_index import LexicalIndex
+from langchain_s2b.store.children.hybrid_index import HybridChildIndex
+from langchain_s2b.store.lexical.lexical_index import LexicalIndex
+from langchain_s2b.store.vectors import normalise
+from langchain_s2b.store.vectors import records as records_module
 
 from ._embeddings import ExactWords
 from ._faults import KINDS, WRITE_STEPS, fault_at

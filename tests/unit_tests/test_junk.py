@@ -8,7 +8,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.junk import is_junk
-from langchain_s2b.store.faiss_index import FaissIndex
+from langchain_s2b.store.vectors.faiss_index import FaissIndex
 
 
 @pytest.mark.parametrize("text", ["..", "----", "1.", "  \n", "", "(2)", "* * *", "12 34", "—"])

@@ -134,3 +134,87 @@ def test_no_function_level_imports_of_the_package() -> None:
         if not at_top
     ]
     assert lazy == []
+
+
+STORE = PACKAGE / "store"
+# The rooms of ``store/``, and the rooms each may import (only through their faces).
+ROOMS = {
+    "base": (),
+    "lexical": ("base",),
+    "vectors": ("base", "lexical"),
+    "nodes": ("base",),
+    "children": ("base", "lexical", "vectors"),
+    "snapshots": ("base", "lexical", "vectors", "nodes"),
+    "sqlite": ("base", "lexical", "vectors"),
+}
+MAX_MODULE_LINES = 520
+MAX_CLASS_LINES = 420
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["langchain_s2b", "store"] else None
+
+
+def test_store_rooms_are_the_sub_packages() -> None:
+    found = sorted(p.parent.name for p in STORE.glob("*/__init__.py"))
+    assert found == sorted(ROOMS)
+
+
+def test_rooms_import_lower_rooms_only_through_their_faces() -> None:
+    wrong = []
+    for module, deps in graph().items():
+        room = room_of(module)
+        if room not in ROOMS:
+            continue
+        for dep in deps:
+            other = room_of(dep)
+            if other is None or other == room:
+                continue
+            if other not in ROOMS[room] or dep != f"langchain_s2b.store.{other}":
+                wrong.append((module, dep))
+    assert wrong == []
+
+
+def test_rooms_have_no_circle() -> None:
+    def below(room: str) -> set[str]:
+        out: set[str] = set()
+        for lower in ROOMS[room]:
+            out |= {lower, *below(lower)}
+        return out
+
+    assert [room for room in ROOMS if room in below(room)] == []
+    edges: dict[str, set[str]] = {room: set() for room in ROOMS}
+    for module, deps in graph().items():
+        room = room_of(module)
+        if room in ROOMS:
+            edges[room] |= {r for d in deps if (r := room_of(d)) in ROOMS and r != room}
+    assert [(a, b) for a in edges for b in edges[a] if a in edges[b]] == []
+    assert all(edges[room] <= below(room) for room in ROOMS)
+
+
+def test_each_room_has_a_docstring_and_a_face() -> None:
+    for room in ROOMS:
+        tree = ast.parse((STORE / room / "__init__.py").read_text(encoding="utf-8"))
+        assert ast.get_docstring(tree), room
+        names = [
+            n.targets[0].id
+            for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+        ]
+        assert "__all__" in names, room
+
+
+def test_store_modules_and_classes_stay_small() -> None:
+    big = []
+    for path in sorted(STORE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        name = module_name(path)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            big.append((name, len(text.splitlines())))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    big.append((f"{name}.{node.name}", lines))
+    assert big == []

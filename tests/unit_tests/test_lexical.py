@@ -15,8 +15,8 @@ from langchain_s2b.core.fusion import z_fuse, z_scores
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.ranking import ranked as rank
 from langchain_s2b.core.requests import Search, ask
-from langchain_s2b.store.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical_index import LexicalIndex, query_terms
+from langchain_s2b.store.children.hybrid_index import HybridChildIndex
+from langchain_s2b.store.lexical.lexical_index import LexicalIndex, query_terms
 
 from ._embeddings import BagOfWords
 

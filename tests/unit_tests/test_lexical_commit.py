@@ -15,9 +15,9 @@ from langchain_core.stores import InMemoryStore
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.store import lexical_index
-from langchain_s2b.store.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical_index import LexicalIndex, analyze
+from langchain_s2b.store.children.hybrid_index import HybridChildIndex
+from langchain_s2b.store.lexical import lexical_index
+from langchain_s2b.store.lexical.lexical_index import LexicalIndex, analyze
 
 from ._embeddings import ExactWords
 

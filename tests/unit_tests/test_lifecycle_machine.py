@@ -84,8 +84,8 @@ from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
-from langchain_s2b.store.lexical_index import analyze
-from langchain_s2b.store.node_store import NodeStore
+from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.nodes.node_store import NodeStore
 
 from ._chat import Situating
 from ._embeddings import BagOfWords

@@ -33,9 +33,9 @@ from langchain_s2b import (
     SmallToBigRetriever,
 )
 from langchain_s2b.core.splitters import paragraph_splitter, section_splitter, size_splitter
-from langchain_s2b.store import persist
-from langchain_s2b.store.codec import encode_document
-from langchain_s2b.store.node_store import NodeStore
+from langchain_s2b.store.nodes.codec import encode_document
+from langchain_s2b.store.nodes.node_store import NodeStore
+from langchain_s2b.store.snapshots import persist
 
 DIM = 32
 REPO = Path(__file__).resolve().parents[2]
@@ -680,7 +680,7 @@ SLOW_SAVE = textwrap.dedent(
     from langchain_core.documents import Document
     from langchain_core.embeddings import DeterministicFakeEmbedding
     from langchain_s2b import SmallToBigRetriever
-    from langchain_s2b.store import persist
+    from langchain_s2b.store.snapshots import persist
 
     path, point = sys.argv[1], sys.argv[2]
     r = SmallToBigRetriever.load(path, DeterministicFakeEmbedding(size={dim}))

@@ -22,7 +22,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.splitters import section_splitter, size_splitter
-from langchain_s2b.store import persist
+from langchain_s2b.store.snapshots import persist
 
 DIM = 16
 State = tuple[Any, ...]

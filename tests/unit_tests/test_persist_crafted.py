@@ -34,7 +34,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.splitters import describe_splitter, section_splitter, size_splitter
-from langchain_s2b.store import persist
+from langchain_s2b.store.snapshots import persist
 
 DIM = 8
 QUERIES = ["The text of part 1.", "Ünïcode wörds ✓", "numbers 12 34"]

@@ -45,7 +45,10 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.splitters import section_splitter, size_splitter
-from langchain_s2b.store import faiss_index, lexical_index, node_store, persist
+from langchain_s2b.store.lexical import lexical_index
+from langchain_s2b.store.nodes import node_store
+from langchain_s2b.store.snapshots import persist
+from langchain_s2b.store.vectors import faiss_index
 
 CI = os.environ.get("CI", "").lower() == "true"
 SEQUENCES = 60 if CI else 8

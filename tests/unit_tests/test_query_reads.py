@@ -16,7 +16,7 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.store import child_index
+from langchain_s2b.store.children import child_index
 
 from ._embeddings import BagOfWords
 

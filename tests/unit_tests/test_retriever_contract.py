@@ -19,8 +19,8 @@ from langchain_core.runnables import ConfigurableField
 from langchain_core.stores import InMemoryByteStore
 
 from langchain_s2b import FaissIndex, SentenceWindowExpander, SmallToBigRetriever
-from langchain_s2b.store import lexical_index
-from langchain_s2b.store.node_store import NodeStore
+from langchain_s2b.store.lexical import lexical_index
+from langchain_s2b.store.nodes.node_store import NodeStore
 
 from ._embeddings import ExactWords
 

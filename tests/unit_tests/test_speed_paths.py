@@ -20,9 +20,9 @@ from langchain_core.documents import Document
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.filters import matches_filter
 from langchain_s2b.core.hits import Hit, Scored, with_score
-from langchain_s2b.store import faiss_index
-from langchain_s2b.store.child_index import ChildIndex
-from langchain_s2b.store.child_index import _rows as embed_rows
+from langchain_s2b.store.children.child_index import ChildIndex
+from langchain_s2b.store.children.child_writes import _rows as embed_rows
+from langchain_s2b.store.vectors import faiss_index
 
 from ._embeddings import BagOfWords
 

@@ -11,7 +11,7 @@ from langchain_core.stores import BaseStore, InMemoryByteStore
 from langchain_tests.integration_tests import BaseStoreAsyncTests, BaseStoreSyncTests
 
 from langchain_s2b import DocumentCodecStore
-from langchain_s2b.store.node_store import NodeStore
+from langchain_s2b.store.nodes.node_store import NodeStore
 
 FILE_PREFIX = (
     "LocalFileStore.yield_keys(prefix=) treats the prefix as a directory, not a string "

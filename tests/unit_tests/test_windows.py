@@ -17,7 +17,7 @@ from langchain_s2b import SentenceWindowExpander, WindowSplitter
 from langchain_s2b.core.splitters import SentenceSplitter
 from langchain_s2b.expander import chunk_key
 from langchain_s2b.retriever import SmallToBigRetriever
-from langchain_s2b.store.codec import DocumentCodecStore
+from langchain_s2b.store.nodes.codec import DocumentCodecStore
 
 from ..reference import marked_spans
 

@@ -38,25 +38,30 @@ model-written context, when its metadata has them
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
-import os
-import re
 import shutil
-import struct
 import tempfile
 import unicodedata
 import weakref
-import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.stored import Entry
-from langchain_s2b.store.columns import first_line
+from langchain_s2b.store.base import first_line
+from langchain_s2b.store.lexical.tantivy_files import (
+    _META_FILE,
+    _check_footer,
+    _check_segment,
+    _committed_files,
+    _field_names,
+    engine_errors,
+    scratch_directory,
+)
+from langchain_s2b.store.lexical.top import top_by_key
 
 _KEY = "key"
 _SOURCE = "source"
@@ -65,7 +70,6 @@ _BODY = "body"
 _META = "meta"
 _ANALYZER = "s2b_words"
 _LOCKS = (".tantivy-writer.lock", ".tantivy-meta.lock")
-_META_FILE = "meta.json"
 _MANAGED = ".managed.json"
 _WRITER_HEAP = 15_000_000
 """Bytes of indexing memory for the one writer thread (tantivy's minimum)."""
@@ -206,12 +210,9 @@ class LexicalIndex:
     ) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key).
 
-        Ties by key whatever tantivy's own order of equal scores: it is asked
-        for ``2n + 1``, and while the ``n``-th score is still the lowest it
-        returned, equal ones may lie past it, so it goes twice as deep. Only
-        the leaves that can come back (the ``n`` best and every leaf tied with
-        the ``n``-th) are read from the index's stored fields, and only their
-        keys (their metadata too when ``keep`` reads it).
+        Ties by key whatever tantivy's own order of equal scores, and only the
+        leaves that can come back are read from the stored fields
+        (:func:`~langchain_s2b.store.lexical.top.top_by_key`).
 
         Args:
             query: the query text.
@@ -229,49 +230,32 @@ class LexicalIndex:
         words = tantivy.Query.boolean_query(
             [(tantivy.Occur.Should, tantivy.Query.term_query(schema, _TEXT, t)) for t in terms]
         )
-        found_query = words
+        q = words
         if sources is not None:
             only = tantivy.Query.term_set_query(schema, _SOURCE, sorted(sources))
-            found_query = tantivy.Query.boolean_query(
+            q = tantivy.Query.boolean_query(
                 [
                     (tantivy.Occur.Must, words),
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(only, 0.0)),
                 ]
             )
-        depth = 2 * n + 1  # ties at the cut are common in BM25: one round mostly suffices
-        read: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}  # read once per address
         with engine_errors():
             searcher = self._index.searcher()  # one snapshot for every round
 
-        def read_at(address: Any) -> tuple[str, dict[str, Any]]:
-            at = (address.segment_ord, address.doc)
-            got = read.get(at)
-            if got is None:  # the key only, unless a ``keep`` reads the metadata
-                doc = searcher.doc(address)
-                got = read[at] = (str(doc[_KEY][0]), {} if keep is None else _meta_of(doc))
-            return got
+        addresses: dict[tuple[int, int], Any] = {}
 
-        while True:
+        def search(depth: int) -> list[tuple[float, tuple[int, int]]]:
             with engine_errors():
-                found = searcher.search(found_query, depth).hits
-                every = len(found) < depth  # every match returned
-                if keep is None:  # only the n best and the leaves tied with the n-th are read
-                    if not every and found[n - 1][0] <= found[-1][0]:
-                        depth *= 2  # equal scores may lie past the cut
-                        continue
-                    cut = found[min(n, len(found)) - 1][0] if found else 0.0
-                    pairs = [(read_at(a)[0], float(s)) for s, a in found if s >= cut]
-                    pairs.sort(key=lambda pair: (-pair[1], pair[0]))
-                    return pairs[:n]
-                hits = [(*read_at(address), float(score)) for score, address in found]
-            pairs = [(key, score) for key, meta, score in hits if keep(key, meta)]
-            pairs.sort(key=lambda pair: (-pair[1], pair[0]))
-            if every:
-                break
-            if len(pairs) >= n and pairs[n - 1][1] > min(score for score, _ in found):
-                break  # the n-th scores above every leaf left out: no tie at the cut
-            depth *= 2
-        return pairs[:n]
+                found = searcher.search(q, depth).hits
+            addresses.update(((a.segment_ord, a.doc), a) for _, a in found)
+            return [(score, (a.segment_ord, a.doc)) for score, a in found]
+
+        def read(at: tuple[int, int]) -> tuple[str, dict[str, Any]]:
+            with engine_errors():  # the key only, unless a ``keep`` reads the metadata
+                doc = searcher.doc(addresses[at])
+            return str(doc[_KEY][0]), {} if keep is None else _meta_of(doc)
+
+        return top_by_key(search, read, n, keep)
 
     def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
         """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key.
@@ -388,51 +372,6 @@ class LexicalIndex:
         return loaded
 
 
-SCRATCH_ENV = "S2B_SCRATCH"
-"""Where lexical indexes keep their files (default: ``/dev/shm`` when it has room, else TMPDIR)."""
-_PREFIX = "s2b-lexical-"
-_SHM = Path("/dev/shm")  # noqa: S108 -- memory-backed: a commit costs no disk sync
-_SHM_ROOM = 1 << 30
-"""Free bytes ``/dev/shm`` must have to be used."""
-
-
-def scratch_directory() -> Path:
-    """A new directory for a lexical index's files, named after this process.
-
-    Memory-backed (``/dev/shm``) when it has room: tantivy syncs every file at
-    each commit, ~100 ms a commit on a disk here against ~1 ms in memory.
-    ``$S2B_SCRATCH`` chooses another place. Directories of processes that
-    ended without removing theirs (killed) are removed here.
-    """
-    chosen = os.environ.get(SCRATCH_ENV)
-    if not chosen and _SHM.is_dir() and os.access(_SHM, os.W_OK):
-        with contextlib.suppress(OSError):
-            if shutil.disk_usage(_SHM).free >= _SHM_ROOM:
-                chosen = str(_SHM)
-    root = Path(chosen or tempfile.gettempdir())
-    _remove_orphans(root)
-    return Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=root))
-
-
-def _remove_orphans(root: Path) -> None:
-    """Remove scratch directories whose process is gone."""
-    with contextlib.suppress(OSError):
-        for item in root.glob(f"{_PREFIX}*-*"):
-            pid = item.name[len(_PREFIX) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(item, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def check_files(directory: Path) -> None:
     """Check a saved index's files before tantivy opens them; ``ValueError`` naming what is wrong.
 
@@ -465,74 +404,6 @@ def check_files(directory: Path) -> None:
             _check_footer(item)
 
 
-_SEGMENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_FOOTER_MAGIC = 1337
-"""The last four bytes of every tantivy file (little-endian), after the footer's length."""
-
-
-def _check_segment(directory: Path, segment: Any) -> str:
-    """The file stem of one segment of ``meta.json``, checked against its files."""
-    where = directory / _META_FILE
-    ok = isinstance(segment, dict) and isinstance(segment.get("segment_id"), str)
-    if not ok or not _SEGMENT_ID.match(segment["segment_id"]):
-        msg = f"{where}: a segment must be an object with a segment_id; got {str(segment)[:80]}."
-        raise ValueError(msg)
-    stem = str(segment["segment_id"]).replace("-", "")
-    docs, deletes = segment.get("max_doc"), segment.get("deletes")
-    norms = directory / f"{stem}.fieldnorm"
-    room = norms.stat().st_size if norms.is_file() else 0  # a byte per document and field
-    if not _count(docs) or docs > room:
-        msg = f"{where}: segment {stem} claims {docs!r} documents; its files hold at most {room}."
-        raise ValueError(msg)
-    if deletes is not None and not (
-        isinstance(deletes, dict)
-        and _count(deletes.get("num_deleted_docs"))
-        and deletes["num_deleted_docs"] <= docs
-        and _count(deletes.get("opstamp"))
-    ):
-        msg = f"{where}: segment {stem} has malformed deletes {str(deletes)[:80]}."
-        raise ValueError(msg)
-    return stem
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _check_footer(file: Path) -> None:
-    """A tantivy file's footer: its JSON, its length and magic number, its body's CRC-32."""
-    size = file.stat().st_size
-    with file.open("rb") as fh:
-        if size >= 8:
-            fh.seek(size - 8)
-            length, magic = struct.unpack("<II", fh.read(8))
-        else:
-            length = magic = 0
-        body = size - 8 - length
-        crc = None
-        if magic == _FOOTER_MAGIC and body >= 0:
-            fh.seek(body)
-            try:
-                footer = json.loads(fh.read(length))
-            except (ValueError, RecursionError):
-                footer = None
-            crc = footer.get("crc") if isinstance(footer, dict) else None
-        if not isinstance(crc, int):
-            msg = f"{file} does not end with a tantivy footer; the file is damaged."
-            raise ValueError(msg)
-        fh.seek(0)
-        got = 0
-        for _ in range(body // _CHUNK):
-            got = zlib.crc32(fh.read(_CHUNK), got)
-        got = zlib.crc32(fh.read(body % _CHUNK), got)
-    if got != crc:
-        msg = f"{file} does not match the CRC-32 in its footer; the file is damaged."
-        raise ValueError(msg)
-
-
-_CHUNK = 1 << 20
-
-
 @cache
 def _schemas() -> tuple[Any, ...]:
     """The schemas this module writes (``meta.json``'s ``schema``), without and with documents."""
@@ -558,60 +429,6 @@ def _open(directory: Path, saved: Path) -> Any:
         msg = f"{damaged} ({first_line(err)})."
         raise ValueError(msg) from None
     return opened
-
-
-@contextlib.contextmanager
-def engine_errors(damaged: str | None = None) -> Iterator[None]:
-    """Tantivy's errors and panics as one ``ValueError`` line.
-
-    A panic (``pyo3``'s ``PanicException``, a ``BaseException``) or a stored
-    field gone means a damaged index, one that passed the checks of
-    :func:`check_files` (a crafted one whose footers were written again).
-    ``damaged``: how to name it (default: the lexical index, at a query).
-    """
-    try:
-        yield
-    except BaseException as err:
-        engine = isinstance(err, ValueError | KeyError | IndexError)
-        if not engine and type(err).__name__ != "PanicException":
-            raise
-        what = f"tantivy: {first_line(err)}"
-        msg = (
-            f"{damaged} ({what})."
-            if damaged
-            else f"The lexical index is damaged ({what}); build it again: "
-            "FaissIndex.rebuild_lexical()."
-        )
-        raise ValueError(msg) from None
-
-
-def _committed_files(directory: Path) -> list[str]:
-    """``meta.json`` and the files of the segments it names: what a reader of the commit opens.
-
-    A segment's files are ``<id>.<part>``; its deletes ``<id>.<opstamp>.del``
-    (only the file of the opstamp ``meta.json`` names is live).
-    """
-    meta = json.loads((directory / _META_FILE).read_text(encoding="utf-8"))
-    live: dict[str, str | None] = {}
-    for segment in meta["segments"]:
-        deletes = segment.get("deletes")
-        stem = str(segment["segment_id"]).replace("-", "")
-        live[stem] = None if deletes is None else f"{deletes['opstamp']}.del"
-    names = [_META_FILE]
-    for item in sorted(directory.iterdir()):
-        stem, _, part = item.name.partition(".")
-        if stem in live and item.is_file() and (not part.endswith(".del") or part == live[stem]):
-            names.append(item.name)
-    return names
-
-
-def _field_names(directory: Path) -> set[str]:
-    """The field names of a saved index's schema, from tantivy's ``meta.json``."""
-    try:
-        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
-        return {str(field["name"]) for field in meta["schema"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
 
 
 def _meta_of(doc: Any) -> dict[str, Any]:

@@ -51,7 +51,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS {LEXICAL_TABLE} USING fts5(
 );
 """
 """``children``: one row per leaf, ``row`` its FAISS id. ``lexical``: its terms (FTS5),
-``rowid`` = ``children.row`` (see :mod:`langchain_s2b.store.sqlite_lexical`)."""
+``rowid`` = ``children.row`` (see :mod:`langchain_s2b.store.sqlite.sqlite_lexical`)."""
 
 
 class Database:

@@ -6,7 +6,7 @@ text once per level and ~1 KB of Python objects per node; here a source's text
 is held once, as UTF-8 (a Python ``str`` of text with one character past
 Latin-1 takes 2 or 4 bytes a character), and a node is a few numbers in numpy
 columns per ``(source, level)``: its span in characters and in bytes, and a
-shared metadata shape (:class:`~langchain_s2b.store.columns.Shapes`). A
+shared metadata shape (:class:`~langchain_s2b.store.base.columns.Shapes`). A
 ``Document`` is made only when :meth:`NodeStore.mget` asks for it, equal to
 the one stored.
 
@@ -33,8 +33,7 @@ from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.keys import is_manifest_key
 from langchain_s2b.core.tree import DOC_LEVEL
-from langchain_s2b.store.codec import check_document, decode_document, encode_document
-from langchain_s2b.store.columns import (
+from langchain_s2b.store.base import (
     Column,
     Shapes,
     check_slots,
@@ -42,6 +41,7 @@ from langchain_s2b.store.columns import (
     read_arrays,
     utf8_block,
 )
+from langchain_s2b.store.nodes.codec import check_document, decode_document, encode_document
 
 ARRAYS_FILE = "nodes.npz"
 TEXT_FILE = "nodes.utf8"

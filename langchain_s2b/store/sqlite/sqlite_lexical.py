@@ -43,8 +43,8 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.headers import embedded_text
-from langchain_s2b.store.database import LEXICAL_TABLE, Database, chunks, marks
-from langchain_s2b.store.lexical_index import analyze, query_terms, source_of
+from langchain_s2b.store.lexical import analyze, query_terms, source_of
+from langchain_s2b.store.sqlite.database import LEXICAL_TABLE, Database, chunks, marks
 
 _VOCAB = "lexical_vocab"
 """The table's own vocabulary (``fts5vocab``): each term's number of leaves."""

@@ -1,6 +1,6 @@
 """The child index with its lexical part: one commit for the vectors and the text.
 
-:class:`HybridChildIndex` is the :class:`~langchain_s2b.store.child_index.ChildIndex`
+:class:`HybridChildIndex` is the :class:`~langchain_s2b.store.children.child_index.ChildIndex`
 of a retriever with ``hybrid=True``. The lexical index is part of the child
 index, and knows every leaf the store holds:
 
@@ -14,7 +14,7 @@ index, and knows every leaf the store holds:
   the command line's SQLite store: FTS5 in the same database). It is searched,
   listed and rebuilt through that backend, and nothing is built when it opens.
 - ``PGVector``: PostgreSQL's own full-text search, in the collection's
-  database (:mod:`~langchain_s2b.store.pg_lexical`), so every process that opens
+  database (:mod:`~langchain_s2b.store.lexical.pg_lexical`), so every process that opens
   the collection finds what any other wrote.
 - Any other child store gets one filled with the docstore's leaves (every
   manifest's leaves) before its first search or write, by the runner (so an
@@ -48,10 +48,9 @@ from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.stored import Entry
-from langchain_s2b.store.child_index import ChildIndex
-from langchain_s2b.store.lexical_index import Lexical, LexicalIndex
-from langchain_s2b.store.pg_lexical import PgLexical, is_pgvector
-from langchain_s2b.store.undo import all_or_nothing, undone
+from langchain_s2b.store.base import all_or_nothing, undone
+from langchain_s2b.store.children.child_index import ChildIndex
+from langchain_s2b.store.lexical import Lexical, LexicalIndex, PgLexical, is_pgvector
 
 
 @dataclass

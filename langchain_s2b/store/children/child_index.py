@@ -18,10 +18,7 @@ store), before the error or interrupt goes on up.
 from __future__ import annotations
 
 import asyncio
-import inspect
-import itertools
 import operator
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,10 +26,9 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
-from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
+from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
-from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import (
     SCORE,
     C,
@@ -43,12 +39,12 @@ from langchain_s2b.core.hits import (
     hit_from_metadata,
 )
 from langchain_s2b.core.keys import parse_node_key
-from langchain_s2b.core.requests import ChildDamage, Found, Vector
-from langchain_s2b.store.faiss_index import FaissIndex
-from langchain_s2b.store.undo import undone, warn_undo
+from langchain_s2b.core.requests import Found, Vector
+from langchain_s2b.store.children.child_base import _float_lists
+from langchain_s2b.store.children.child_writes import ChildWrites
+from langchain_s2b.store.vectors import FaissIndex
 
 _BY_SCORE = operator.attrgetter("score")
-Vectors = list[list[float]] | None
 
 
 def _finite(emb: Embeddings, query: str, vector: Sequence[float]) -> list[float]:
@@ -75,25 +71,13 @@ def _name(emb: Embeddings) -> str:
     return type(emb).__name__
 
 
-class ChildIndex:
+class ChildIndex(ChildWrites):
     """Searches, adds to, deletes from and lists one child index.
 
     A batch of queries is embedded by the model's ``embed_queries`` method
     when it has one (a model may prefix queries, as E5 does with ``query: ``,
     so ``embed_documents`` is never used for queries), else one by one.
     """
-
-    def __init__(self, vectorstore: VectorStore) -> None:
-        self.vectorstore = vectorstore
-        self.faiss = vectorstore if isinstance(vectorstore, FaissIndex) else None
-
-    @property
-    def embeddings(self) -> Embeddings | None:
-        """The store's embedding model, when it exposes one."""
-        try:
-            return self.vectorstore.embeddings
-        except (AttributeError, NotImplementedError):
-            return None
 
     def embed_query(self, query: str) -> Vector:
         """The query vector (``None`` if the store embeds queries itself); finite, or an error."""
@@ -298,210 +282,6 @@ class ChildIndex:
             return [(doc, fn(score)) for doc, score in pairs]
         return await run_in_executor(None, self._search_generic, vector, query, fetch, flt)
 
-    def _takes_vectors(self) -> bool:
-        """Whether leaves can be added with vectors embedded beforehand.
-
-        Not when the store reads its leaves' vectors itself as it adds them
-        (``embeds_on_add``: the command line's store, whose vectors are in its
-        database by then), so that no call holds every leaf's vector at once.
-        """
-        if getattr(self.vectorstore, "embeds_on_add", False):
-            return False
-        return self.faiss is not None or _embeddings_call(self.vectorstore, "add_embeddings") != ""
-
-    def embed_leaves(self, texts: list[str]) -> list[list[float]] | None:
-        """Leaf vectors, embedded ahead of the write (``None``: the store embeds on add).
-
-        The model's vectors are converted to float32 once, here: the rows
-        returned are views of one matrix, which :meth:`add` stacks again
-        without going through Python floats.
-        """
-        emb = self.embeddings
-        if emb is None or not self._takes_vectors():
-            return None
-        return _rows(emb.embed_documents(texts), len(texts))
-
-    async def aembed_leaves(self, texts: list[str]) -> list[list[float]] | None:
-        """Async :meth:`embed_leaves`."""
-        emb = self.embeddings
-        if emb is None or not self._takes_vectors():
-            return None
-        return _rows(await emb.aembed_documents(texts), len(texts))
-
-    def add(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Index leaves under their ids (new keys: a generation's), with their vectors if given.
-
-        All or nothing: ``FaissIndex`` undoes its own steps; another store has
-        the new keys removed again when its add fails or is interrupted.
-        """
-        if not leaves:
-            return
-        ids = [str(d.id) for d in leaves]
-        if self.faiss is not None:
-            texts = [d.page_content for d in leaves]
-            matrix = np.asarray(vectors, dtype=np.float32) if vectors is not None else None
-            if matrix is None:
-                self.faiss.add_texts(texts, [d.metadata for d in leaves], ids=ids)
-            else:
-                self.faiss.add_vectors(matrix, texts, [d.metadata for d in leaves], ids)
-            return
-        try:
-            self._add_other(leaves, vectors, ids)
-        except BaseException as err:
-            try:
-                self._delete_keys(ids)
-            except Exception as undo_err:
-                warn_undo(err, undo_err)
-            raise
-
-    def _add_other(self, leaves: list[Document], vectors: Vectors, ids: list[str]) -> None:
-        if vectors is None:
-            self._check_embeds_notes(leaves)
-            self.vectorstore.add_documents(leaves, ids=ids)
-            return
-        store: Any = self.vectorstore
-        call = _embeddings_call(store, "add_embeddings")
-        store.add_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
-
-    async def aadd(self, leaves: list[Document], vectors: list[list[float]] | None = None) -> None:
-        """Async :meth:`add`: the store's ``aadd_embeddings`` if it has one, else a thread."""
-        if not leaves:
-            return
-        ids = [str(d.id) for d in leaves]
-        if self.faiss is not None:
-            await run_in_executor(None, self.add, leaves, vectors)
-            return
-        try:
-            await self._aadd_other(leaves, vectors, ids)
-        except BaseException as err:
-            await undone(err, lambda: self._adelete_keys(ids))
-            raise
-
-    async def _aadd_other(self, leaves: list[Document], vectors: Vectors, ids: list[str]) -> None:
-        if vectors is None:
-            self._check_embeds_notes(leaves)
-            await self.vectorstore.aadd_documents(leaves, ids=ids)
-            return
-        call = _embeddings_call(self.vectorstore, "aadd_embeddings")
-        if call:
-            store: Any = self.vectorstore
-            await store.aadd_embeddings(*_embeddings_args(call, leaves, vectors), ids=ids)
-        else:
-            await run_in_executor(None, self._add_other, leaves, vectors, ids)
-
-    def _check_embeds_notes(self, leaves: list[Document]) -> None:
-        """Refuse leaves with a header or context for a store that embeds ``page_content`` itself.
-
-        Such a store (no ``add_embeddings``, no embedding model of its own to ask)
-        would embed the leaf's text alone; the command line's store embeds what
-        :func:`~langchain_s2b.core.headers.embedded_text` gives (``embeds_on_add``).
-        """
-        if getattr(self.vectorstore, "embeds_on_add", False):
-            return
-        if any(embedded_text(d.page_content, d.metadata) != d.page_content for d in leaves):
-            msg = (
-                f"{type(self.vectorstore).__name__} embeds each leaf's page_content itself, so "
-                "it can not embed a contextual header or context beside it; use FaissIndex or "
-                "a store with add_embeddings, or pass contextual_headers=False and no "
-                "context_model."
-            )
-            raise ValueError(msg)
-
-    def delete(self, keys: list[str]) -> None:
-        """Delete leaves; keys the store does not hold are ignored.
-
-        All or nothing: ``FaissIndex`` undoes its own steps; another store is
-        asked for the leaves first (``get_by_ids``), and those it lost are
-        added again (embedded again by the store) when the delete fails or is
-        interrupted.
-        """
-        if not keys:
-            return
-        if self.faiss is not None:
-            self.faiss.delete(keys)
-            return
-        held = self._held(keys)
-        try:
-            self._delete_keys(keys)
-        except BaseException as err:
-            try:
-                self._put_back(keys, held)
-            except Exception as undo_err:
-                warn_undo(err, undo_err)
-            raise
-
-    def _delete_keys(self, keys: list[str]) -> None:
-        try:
-            self.vectorstore.delete(keys)
-        except (ValueError, KeyError):
-            for key in keys:
-                try:
-                    self.vectorstore.delete([key])
-                except (ValueError, KeyError):
-                    continue
-
-    def _held(self, keys: list[str]) -> list[Document]:
-        """The leaves among ``keys`` the store holds (``[]`` when it can not say)."""
-        try:
-            return list(self.vectorstore.get_by_ids(keys))
-        except NotImplementedError:
-            return []
-
-    def _put_back(self, keys: list[str], held: list[Document]) -> None:
-        if not held:
-            return
-        still = {str(doc.id) for doc in self._held(keys)}
-        lost = [doc for doc in held if str(doc.id) not in still]
-        if lost:
-            self.vectorstore.add_documents(lost, ids=[str(doc.id) for doc in lost])
-
-    async def adelete(self, keys: list[str]) -> None:
-        """Async :meth:`delete` (through the store's ``adelete``: async-only stores work)."""
-        if not keys:
-            return
-        if self.faiss is not None:
-            await run_in_executor(None, self.faiss.delete, keys)
-            return
-        held = await self._aheld(keys)
-        try:
-            await self._adelete_keys(keys)
-        except BaseException as err:
-            await undone(err, lambda: self._aput_back(keys, held))
-            raise
-
-    async def _adelete_keys(self, keys: list[str]) -> None:
-        try:
-            await self.vectorstore.adelete(keys)
-        except (ValueError, KeyError):
-            for key in keys:
-                try:
-                    await self.vectorstore.adelete([key])
-                except (ValueError, KeyError):
-                    continue
-
-    async def _aheld(self, keys: list[str]) -> list[Document]:
-        try:
-            return list(await self.vectorstore.aget_by_ids(keys))
-        except NotImplementedError:
-            return []
-
-    async def _aput_back(self, keys: list[str], held: list[Document]) -> None:
-        if not held:
-            return
-        still = {str(doc.id) for doc in await self._aheld(keys)}
-        lost = [doc for doc in held if str(doc.id) not in still]
-        if lost:
-            await self.vectorstore.aadd_documents(lost, ids=[str(doc.id) for doc in lost])
-
-    def damage(self) -> ChildDamage | None:
-        """Where the index's records and vectors disagree (``None``: a store that can not say)."""
-        return None if self.faiss is None else self.faiss.damage()
-
-    def mend(self) -> None:
-        """Make the index's records and vectors agree (``verify(repair=True)``)."""
-        if self.faiss is not None:
-            self.faiss.mend()
-
     def list_children(self, candidates: list[str]) -> tuple[set[str] | None, bool]:
         """The child index's keys and whether that is all of them.
 
@@ -559,80 +339,11 @@ def _wanted(keys: Sequence[str], hits: Sequence[C]) -> dict[str, C]:
     return {hit.key: hit for hit in hits if hit.key in asked}
 
 
-def _rows(vectors: Any, n: int) -> list[list[float]]:
-    """The model's vectors as the rows of one float32 matrix (one conversion)."""
-    if len(vectors) != n:
-        msg = f"The embedding returned {len(vectors)} vectors for {n} texts."
-        raise ValueError(msg)
-    try:
-        dim = len(vectors[0]) if n and isinstance(vectors, list) else -1
-        matrix: np.ndarray
-        if dim > 0 and all(isinstance(v, list) and len(v) == dim for v in vectors):
-            matrix = _float_lists(vectors, n, dim)
-        else:
-            matrix = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError):
-        matrix = np.empty((0,), dtype=np.float32)
-    if matrix.ndim != 2:
-        msg = f"The embedding returned {n} vectors that are not numbers of one length each."
-        raise ValueError(msg)
-    return list(matrix)
-
-
 def _query_row(vector: Sequence[float] | np.ndarray) -> np.ndarray:
     """A query vector as a ``(1, dim)`` float32 matrix."""
     if isinstance(vector, list) and vector:
         return _float_lists([vector], 1, len(vector))
     return np.asarray([vector], dtype=np.float32)
-
-
-def _float_lists(vectors: list[list[float]], n: int, dim: int) -> np.ndarray:
-    """Rows of Python floats (LangChain's interface) as one float32 matrix.
-
-    ``struct`` packs a row of floats as C floats (the same cast as numpy's,
-    ``inf`` past the float32 range) ~2.5x faster than numpy reads them one by
-    one; anything it will not pack (a number as a string) goes through numpy.
-    """
-    pack = struct.Struct(f"{dim}f").pack
-    try:
-        packed = bytearray().join([pack(*row) for row in vectors])  # writable
-    except struct.error:
-        flat = itertools.chain.from_iterable(vectors)
-        return np.fromiter(flat, dtype=np.float32, count=n * dim).reshape(n, dim)
-    return np.frombuffer(packed, dtype=np.float32).reshape(n, dim)
-
-
-def _embeddings_call(store: Any, name: str) -> str:
-    """How a store's ``add_embeddings``-style method takes vectors, or ``""`` if it has none.
-
-    The method is not part of LangChain's ``VectorStore`` interface and comes in
-    two shapes: ``(text_embeddings, metadatas, ids)`` of ``(text, vector)`` pairs
-    (``langchain_community`` FAISS) and ``(texts, embeddings, metadatas, ids)``
-    (``PGVector`` and others). Any other shape is not used.
-    """
-    method = getattr(store, name, None)
-    if not callable(method):
-        return ""
-    try:
-        params = list(inspect.signature(method).parameters)
-    except (TypeError, ValueError):
-        return ""
-    if params[:1] == ["text_embeddings"]:
-        return "pairs"
-    if params[:2] == ["texts", "embeddings"]:
-        return "columns"
-    return ""
-
-
-def _embeddings_args(
-    call: str, leaves: list[Document], vectors: list[list[float]]
-) -> tuple[Any, ...]:
-    texts = [d.page_content for d in leaves]
-    metadatas = [d.metadata for d in leaves]
-    lists = [np.asarray(v, dtype=float).tolist() for v in vectors]  # float32 rows -> floats
-    if call == "pairs":
-        return list(zip(texts, lists, strict=True)), metadatas
-    return texts, lists, metadatas
 
 
 def _listable(store: Any) -> set[str] | None:

@@ -15,7 +15,7 @@ file's size, the FAISS header and the vector count it declares, against the
 record or, without one, against the database); ``digest=True`` (``s2b
 verify``) also hashes the whole file. A file that fails is never searched:
 the command builds FAISS from the database instead (see
-:class:`~langchain_s2b.store.sqlite.SQLiteFaissIndex`).
+:class:`~langchain_s2b.store.sqlite.sqlite_faiss.SQLiteFaissIndex`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 import faiss
 
-from langchain_s2b.store.database import Database
-from langchain_s2b.store.files import sha256_file
+from langchain_s2b.store.base import sha256_file
+from langchain_s2b.store.sqlite.database import Database
 
 __all__ = [
     "INDEX_FILE",

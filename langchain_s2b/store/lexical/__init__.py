@@ -1,0 +1,59 @@
+"""The lexical index: BM25 over the leaves' text, and the one analyser every engine shares.
+
+It owns the analyser (``analyze``, ``query_terms``), the ``Lexical`` protocol,
+``LexicalIndex`` (tantivy, with its files and their checks) and ``PgLexical``
+(PostgreSQL full-text search beside a ``PGVector`` store). The command line's
+FTS5 index lives with its database (:mod:`langchain_s2b.store.sqlite`); the
+hybrid join of vectors and text lives in :mod:`langchain_s2b.store.children`.
+It imports only :mod:`langchain_s2b.store.base`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_s2b.store.lexical.lexical_index import (
+        Lexical,
+        LexicalIndex,
+        analyze,
+        query_terms,
+        source_of,
+    )
+    from langchain_s2b.store.lexical.pg_lexical import PgLexical, is_pgvector
+
+__all__ = [
+    "Lexical",
+    "LexicalIndex",
+    "PgLexical",
+    "analyze",
+    "is_pgvector",
+    "query_terms",
+    "source_of",
+]
+
+_HOMES = {
+    "Lexical": "langchain_s2b.store.lexical.lexical_index",
+    "LexicalIndex": "langchain_s2b.store.lexical.lexical_index",
+    "analyze": "langchain_s2b.store.lexical.lexical_index",
+    "query_terms": "langchain_s2b.store.lexical.lexical_index",
+    "source_of": "langchain_s2b.store.lexical.lexical_index",
+    "PgLexical": "langchain_s2b.store.lexical.pg_lexical",
+    "is_pgvector": "langchain_s2b.store.lexical.pg_lexical",
+}
+_ORIGINAL: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(import_module(home), _ORIGINAL.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

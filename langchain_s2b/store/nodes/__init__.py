@@ -1,0 +1,57 @@
+"""The nodes: the default docstore, the docstore codec and the context model's writer.
+
+It owns ``NodeStore`` (nodes as spans over their source's text, and its files),
+``DocumentCodecStore`` (documents in any byte store as plain JSON) and
+``ContextWriter`` (the context model's batched calls and its cache). It imports
+only :mod:`langchain_s2b.store.base`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_s2b.store.nodes.codec import DocumentCodecStore, decode_document, encode_document
+    from langchain_s2b.store.nodes.node_store import FILES as NODE_FILES
+    from langchain_s2b.store.nodes.node_store import NodeStore, copy_into
+    from langchain_s2b.store.nodes.situator import ContextFailedError, ContextWriter, model_name
+
+__all__ = [
+    "ContextFailedError",
+    "ContextWriter",
+    "DocumentCodecStore",
+    "NODE_FILES",
+    "NodeStore",
+    "copy_into",
+    "decode_document",
+    "encode_document",
+    "model_name",
+]
+
+_HOMES = {
+    "DocumentCodecStore": "langchain_s2b.store.nodes.codec",
+    "decode_document": "langchain_s2b.store.nodes.codec",
+    "encode_document": "langchain_s2b.store.nodes.codec",
+    "NODE_FILES": "langchain_s2b.store.nodes.node_store",
+    "NodeStore": "langchain_s2b.store.nodes.node_store",
+    "copy_into": "langchain_s2b.store.nodes.node_store",
+    "ContextFailedError": "langchain_s2b.store.nodes.situator",
+    "ContextWriter": "langchain_s2b.store.nodes.situator",
+    "model_name": "langchain_s2b.store.nodes.situator",
+}
+_ORIGINAL = {"NODE_FILES": "FILES"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(import_module(home), _ORIGINAL.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
