@@ -47,7 +47,7 @@ from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.store.lexical import lexical_index
 from langchain_s2b.store.nodes import node_store
-from langchain_s2b.store.snapshots import persist
+from langchain_s2b.store.snapshots import folder, persist
 from langchain_s2b.store.vectors import faiss_index
 
 CI = os.environ.get("CI", "").lower() == "true"
@@ -93,7 +93,7 @@ SAVE_STEPS: dict[str, tuple[Any, str]] = {
     "nodes": (persist, "write_nodes"),
     "config": (persist, "write_json"),
     "pointer": (persist, "write_text_atomic"),
-    "remove old": (persist, "_remove_unread"),
+    "remove old": (folder, "_remove_unread"),
 }
 AFTER_SWITCH = {"remove old"}
 
