@@ -2,14 +2,15 @@
 
 It owns what no single concept owns: fsync, hashes and atomic replace (``files``),
 one write of several steps that undoes itself on any error (``undo``), and metadata
-kept as shared shapes plus numbers per node, with growable arrays (``columns``).
-It imports no other room.
+kept as shared shapes plus numbers per node, with growable arrays (``columns``),
+and the lazy face every room's ``__init__`` is (``face``). It imports no other room.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langchain_s2b.store.base.face import lazy_face
 
 if TYPE_CHECKING:
     from langchain_s2b.store.base.columns import (
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Column",
+    "lazy_face",
     "SLOTS_PER_ENTRY",
     "SLOTS_SLACK",
     "Shapes",
@@ -58,6 +60,7 @@ __all__ = [
 ]
 
 _HOMES = {
+    "lazy_face": "langchain_s2b.store.base.face",
     "SLOTS_PER_ENTRY": "langchain_s2b.store.base.columns",
     "SLOTS_SLACK": "langchain_s2b.store.base.columns",
     "Column": "langchain_s2b.store.base.columns",
@@ -79,18 +82,6 @@ _HOMES = {
     "undone": "langchain_s2b.store.base.undo",
     "warn_undo": "langchain_s2b.store.base.undo",
 }
-_ORIGINAL: dict[str, str] = {}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(import_module(home), _ORIGINAL.get(name, name))
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

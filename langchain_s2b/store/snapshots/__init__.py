@@ -9,8 +9,9 @@ the docstore's nodes file. It imports :mod:`langchain_s2b.store.base`,
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langchain_s2b.store.base import lazy_face
 
 if TYPE_CHECKING:
     from langchain_s2b.store.snapshots.persist import Loaded, Saved, load, save
@@ -39,18 +40,6 @@ _HOMES = {
     "check_embedded": "langchain_s2b.store.snapshots.settings",
     "embedded_setting": "langchain_s2b.store.snapshots.settings",
 }
-_ORIGINAL: dict[str, str] = {}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(import_module(home), _ORIGINAL.get(name, name))
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

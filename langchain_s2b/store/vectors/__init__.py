@@ -8,8 +8,9 @@ checks. It imports :mod:`langchain_s2b.store.base` and
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from langchain_s2b.store.base import lazy_face
 
 if TYPE_CHECKING:
     from langchain_s2b.store.vectors.faiss_base import normalise
@@ -29,18 +30,6 @@ _HOMES = {
     "read_faiss_file": "langchain_s2b.store.vectors.faiss_files",
     "FaissIndex": "langchain_s2b.store.vectors.faiss_index",
 }
-_ORIGINAL: dict[str, str] = {}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(import_module(home), _ORIGINAL.get(name, name))
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)
