@@ -387,7 +387,7 @@ class TestDefault:
         [("parent", False), ("window", True), ("multilevel", True), ("pack", True)],
     )
     def test_by_the_leaves(self, mode: str, want: bool) -> None:
-        r = SmallToBigRetriever(vectorstore=FaissIndex(Recording()), mode=mode)  # type: ignore[arg-type]
+        r = SmallToBigRetriever(vectorstore=FaissIndex(Recording()), mode=mode)
         assert r.contextual_headers is want
         assert r.model_copy(update={"mode": "window"}).contextual_headers is want  # the index's
 
@@ -395,7 +395,7 @@ class TestDefault:
         for mode, headers in (("parent", True), ("window", False)):
             r = SmallToBigRetriever(
                 vectorstore=FaissIndex(Recording()),
-                mode=mode,  # type: ignore[arg-type]
+                mode=mode,
                 contextual_headers=headers,
             )
             assert r.contextual_headers is headers
