@@ -224,8 +224,9 @@ def manifest_document(
     """The manifest: enough to enumerate every key the source produced.
 
     ``junk``: the split ids of the leaves not embedded, when the caller knows them.
-    ``proxies``: how many it has is recorded; ``digested``: those its digest covers
-    (the user's; model-written ones are covered by the configuration's fingerprint).
+    ``proxies``: how many it has is recorded; ``digested``: those its digest covers,
+    the first of them (the user's; model-written ones are covered by the configuration's
+    fingerprint), counted when not all.
     """
     counts = {level: len(nodes) for level, nodes in tree.nodes.items()}
     if junk is None:
@@ -244,6 +245,8 @@ def manifest_document(
         meta["unembedded"] = junk
     if proxies:
         meta["proxies"] = len(proxies)
+    if len(digested) != len(proxies):
+        meta["digested_proxies"] = len(digested)
     return Document(page_content="", metadata=meta, id=manifest_key(source.source_key))
 
 
@@ -281,6 +284,12 @@ def leaf_keys(manifest: Document) -> list[str]:
     skipped = set(meta.get("unembedded", ()))
     count = int(meta["counts"][meta["levels"][0]])
     return [f"{prefix}{i}" for i in range(count) if i not in skipped]
+
+
+def digested_proxies(manifest: Document) -> int:
+    """How many of a manifest's proxies (the first) its digest covers."""
+    meta = manifest.metadata
+    return int(meta.get("digested_proxies", meta.get("proxies", 0)))
 
 
 def proxy_keys(manifest: Document) -> list[str]:

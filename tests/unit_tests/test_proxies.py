@@ -1,0 +1,328 @@
+"""Proxies: extra vectors that stand for a span of the source (issue 35).
+
+A proxy is embedded and lexically indexed beside the leaves, never returned
+as text; a hit on it is a hit on every leaf its span meets, at its score, and
+every mode goes on from there as from a leaf hit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core.proxies import Proxy
+from langchain_s2b.core.tree import Level, Node
+
+from ._embeddings import ExactWords
+
+# Six sentences; the leaves are the sentences (the default levels).
+TEXT = (
+    "Alpha beta gamma. Delta epsilon zeta. Eta theta iota. "
+    "Kappa lambda mu. Nu xi omicron. Pi rho sigma."
+)
+S = [0, 18, 38, 54, 71, 86, len(TEXT)]  # sentence starts (a gap joins the span before)
+WINDOW_LIKE = ("window", "parent", "multilevel", "pack")
+
+
+def _retriever(mode: str = "window", hybrid: bool = False, **fields: Any) -> SmallToBigRetriever:
+    return SmallToBigRetriever(
+        vectorstore=FaissIndex(ExactWords()), mode=mode, hybrid=hybrid, **fields
+    )
+
+
+def _without_proxy(meta: dict[str, Any]) -> dict[str, Any]:
+    out = dict(meta)
+    out["matches"] = [{k: v for k, v in m.items() if k != "proxy"} for m in meta["matches"]]
+    return out
+
+
+def test_the_sentences_are_the_leaves_assumed_here() -> None:
+    retriever = _retriever()
+    retriever.add_documents([Document(TEXT, id="a")])
+    faiss = retriever._io.index.faiss
+    assert faiss is not None
+    starts = sorted(int(m["start"]) for _, _, m in faiss.records(list(range(6))) if m)
+    assert starts == S[:-1]
+
+
+@pytest.mark.parametrize("mode", WINDOW_LIKE)
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_a_proxy_never_comes_back_as_text(mode: str, hybrid: bool) -> None:
+    retriever = _retriever(mode, hybrid)
+    retriever.add_documents(
+        [Document(TEXT, id="a")], proxies=[[Proxy("zebra giraffe", S[1], S[3])]]
+    )
+    docs = retriever.invoke("zebra giraffe", k=2)
+    assert docs
+    for doc in docs:
+        assert "zebra" not in doc.page_content
+        assert "zebra" not in json.dumps(_without_proxy(doc.metadata))
+        assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
+        for match in doc.metadata["matches"]:  # offsets stay the source's: a leaf's span
+            assert (match["start"], match["end"]) in [(S[1], S[2]), (S[2], S[3])]
+            assert match["proxy"] == {"key": "a/proxy/0", "kind": "user", "text": "zebra giraffe"}
+
+
+def test_matches_say_exactly_which_proxy_matched() -> None:
+    retriever = _retriever("window")
+    retriever.add_documents(
+        [Document(TEXT, id="a")],
+        proxies=[[Proxy("lion", S[0], S[1], "question"), Proxy("zebra giraffe", S[1], S[3])]],
+    )
+    (doc,) = retriever.invoke("zebra giraffe", k=1, window_size=1)
+    assert doc.page_content == TEXT[S[0] : S[4]]
+    proxy = {"key": "a/proxy/1", "kind": "user", "text": "zebra giraffe"}
+    assert [(m["key"], m.get("proxy")) for m in doc.metadata["matches"]] == [
+        ("a/sentence/1", proxy),
+        ("a/sentence/2", proxy),
+    ]
+    (doc,) = retriever.invoke("lion", k=1, window_size=0)
+    assert doc.page_content == TEXT[S[0] : S[1]]
+    (match,) = doc.metadata["matches"]
+    assert match["proxy"] == {"key": "a/proxy/0", "kind": "question", "text": "lion"}
+
+
+def _pair() -> tuple[SmallToBigRetriever, SmallToBigRetriever, str]:
+    """The same span hit through a proxy, and through its leaf's own text.
+
+    Both indexes hold six leaves and one proxy, with the same scores for the
+    query: the hit (1) on sentence 2 and 0 on every other child.
+    """
+    own = TEXT[: S[2]] + "Zebra giraffe u." + TEXT[S[3] - 1 :]
+    assert len(own) == len(TEXT)
+    by_proxy, by_leaf = _retriever(), _retriever()
+    by_proxy.add_documents([Document(TEXT, id="a")], proxies=[[Proxy("zebra giraffe u", 38, 54)]])
+    by_leaf.add_documents([Document(own, id="a")], proxies=[[Proxy("omega", S[5], S[6])]])
+    return by_proxy, by_leaf, "zebra giraffe u"
+
+
+def _shape(doc: Document) -> tuple[Any, ...]:
+    meta = doc.metadata
+    matches = [(m["key"], m["score"], m["start"], m["end"]) for m in meta["matches"]]
+    rest = {k: v for k, v in meta.items() if k != "matches"}
+    return (rest, matches)
+
+
+@pytest.mark.parametrize("mode", WINDOW_LIKE)
+@pytest.mark.parametrize("params", [{"k": 1}, {"k": 3}, {"k": None, "max_tokens": 40}])
+def test_a_proxy_hit_widens_exactly_as_a_hit_on_its_leaf(mode: str, params: dict[str, Any]) -> None:
+    by_proxy, by_leaf, query = _pair()
+    got = by_proxy.invoke(query, mode=mode, **params)
+    want = by_leaf.invoke(query, mode=mode, **params)
+    assert [_shape(d) for d in got] == [_shape(d) for d in want]
+    for doc in got:
+        assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
+
+
+def test_a_hit_on_a_proxy_of_several_leaves_is_a_hit_on_each() -> None:
+    retriever = _retriever("window")
+    retriever.add_documents(
+        [Document(TEXT, id="a")], proxies=[[Proxy("zebra giraffe", S[1] + 3, S[4] - 1)]]
+    )
+    (doc,) = retriever.invoke("zebra giraffe", k=1, window_size=0)
+    assert [m["key"] for m in doc.metadata["matches"]] == [
+        "a/sentence/1",
+        "a/sentence/2",
+        "a/sentence/3",
+    ]
+    assert doc.page_content == TEXT[S[1] : S[4]]
+
+
+def test_a_leaf_hit_directly_and_through_a_proxy_keeps_its_best_score_its_own_on_a_tie() -> None:
+    retriever = _retriever("window")
+    retriever.add_documents(
+        [Document(TEXT, id="a")],
+        proxies=[[Proxy("delta epsilon zeta", S[1], S[3]), Proxy("delta", S[0], S[2])]],
+    )
+    docs = retriever.invoke("delta epsilon zeta", k=2, window_size=0)
+    first = docs[0].metadata["matches"]
+    assert [(m["key"], "proxy" in m) for m in first] == [("a/sentence/1", False)]  # a tie: own
+    second = docs[1].metadata["matches"]
+    assert [(m["key"], m["proxy"]["key"]) for m in second] == [("a/sentence/2", "a/proxy/0")]
+
+
+def _children(retriever: SmallToBigRetriever) -> set[str]:
+    faiss = retriever._io.index.faiss
+    assert faiss is not None
+    return set(faiss.keys())
+
+
+def _lexical(retriever: SmallToBigRetriever) -> set[str]:
+    faiss = retriever._io.index.faiss
+    assert faiss is not None
+    return faiss.lexical().keys()
+
+
+def test_a_deleted_source_leaves_no_proxy_behind() -> None:
+    retriever = _retriever(hybrid=True)
+    docs = [Document(TEXT, id="a"), Document("Other text here. And more.", id="b")]
+    retriever.add_documents(docs, proxies=[[Proxy("zebra", 0, 10)], [Proxy("lion", 0, 5)]])
+    assert "a/proxy/0" in _lexical(retriever)
+    assert retriever.delete(["a"]) == ["a"]
+    left = {"b/sentence/0", "b/sentence/1", "b/proxy/0"}
+    assert _children(retriever) == left
+    assert _lexical(retriever) == left
+    assert retriever.invoke("zebra", k=3) == [] or all(
+        d.metadata["source_id"] == "b" for d in retriever.invoke("zebra", k=3)
+    )
+    assert retriever.verify().ok
+
+
+def test_an_update_replaces_the_proxies_and_the_same_ones_are_unchanged() -> None:
+    retriever = _retriever(hybrid=True)
+    doc = Document(TEXT, id="a")
+    retriever.add_documents([doc], proxies=[[Proxy("zebra", 0, 10)]])
+    again = retriever.add_documents([doc], proxies=[[Proxy("zebra", 0, 10)]])
+    assert again.unchanged == ["a"]
+    changed = retriever.add_documents([doc], proxies=[[Proxy("lion", S[4], S[5])]])
+    assert changed.updated == ["a"]
+    assert changed.num_proxies == 1
+    proxies = {k for k in _children(retriever) if "/proxy/" in k}
+    assert proxies == {"a.g1/proxy/0"}
+    assert {k for k in _lexical(retriever) if "/proxy/" in k} == {"a.g1/proxy/0"}
+    (hit,) = retriever.invoke("lion", k=1, window_size=0)
+    assert hit.page_content == TEXT[S[4] : S[5]]
+    assert hit.metadata["matches"][0]["proxy"]["key"] == "a.g1/proxy/0"
+    dropped = retriever.add_documents([doc])
+    assert dropped.updated == ["a"]
+    assert not {k for k in _children(retriever) if "/proxy/" in k}
+    assert retriever.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("proxies", "message"),
+    [
+        (
+            [Proxy("x", -1, 3)],
+            "Proxy #0 of document 'a' has the span [-1, 3); it must satisfy 0 <= start < end "
+            f"<= {len(TEXT)} (the length of the document's text).",
+        ),
+        (
+            [Proxy("x", 0, 3), Proxy("x", 5, 5)],
+            "Proxy #1 of document 'a' has the span [5, 5); it must satisfy 0 <= start < end "
+            f"<= {len(TEXT)} (the length of the document's text).",
+        ),
+        (
+            [Proxy("x", 0, len(TEXT) + 1)],
+            f"Proxy #0 of document 'a' has the span [0, {len(TEXT) + 1}); it must satisfy "
+            f"0 <= start < end <= {len(TEXT)} (the length of the document's text).",
+        ),
+        (
+            [Proxy(" ", 0, 3)],
+            "Proxy #0 of document 'a' has text ' '; it must be a non-empty string.",
+        ),
+        (
+            [Proxy("x", 0, 3, "guess")],
+            "Proxy #0 of document 'a' has kind 'guess'; allowed: proposition, summary, "
+            "question, user.",
+        ),
+        (
+            ["x"],
+            "Proxy #0 of document 'a' is a str; it must be a Proxy(text, start, end, kind).",
+        ),
+        (
+            Proxy("x", 0, 3),
+            "proxies for document 'a' must be a list of Proxy; got Proxy.",
+        ),
+    ],
+)
+def test_bad_proxies_are_refused_in_one_line(proxies: Any, message: str) -> None:
+    retriever = _retriever()
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        retriever.add_documents([Document(TEXT, id="a")], proxies=[proxies])
+    assert _children(retriever) == set()
+
+
+def test_proxies_must_be_given_per_document() -> None:
+    retriever = _retriever()
+    message = (
+        "Got 1 documents but proxies for 2; pass one list of Proxy per document "
+        "(an empty one for none)."
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        retriever.add_documents([Document(TEXT, id="a")], proxies=[[], []])
+
+
+def test_a_level_may_not_be_named_proxy() -> None:
+    with pytest.raises(ValueError, match="^'proxy' is reserved for proxies' keys"):
+        Level("proxy", lambda text: [text])
+
+
+def test_node_proxies_are_asked_for_every_node_of_every_level() -> None:
+    seen: list[tuple[str, int]] = []
+
+    def per_node(document: Document, node: Node) -> list[str]:
+        seen.append((node.level, node.split_id))
+        return ["zebra"] if (node.level, node.split_id) == ("sentence", 4) else []
+
+    retriever = _retriever("window", node_proxies=per_node)
+    retriever.add_documents([Document(TEXT, id="a")])
+    assert seen == [
+        ("doc", 0),
+        ("paragraph", 0),
+        *[("sentence", i) for i in range(6)],
+    ]
+    (doc,) = retriever.invoke("zebra", k=1, window_size=0)
+    assert doc.page_content == TEXT[S[4] : S[5]]
+    assert doc.metadata["matches"][0]["proxy"] == {
+        "key": "a/proxy/0",
+        "kind": "user",
+        "text": "zebra",
+    }
+    assert retriever.add_documents([Document(TEXT, id="a")]).unchanged == ["a"]
+
+
+def test_a_generic_vector_store_reads_the_leaves_a_proxy_stands_for() -> None:
+    retriever = SmallToBigRetriever(vectorstore=InMemoryVectorStore(ExactWords()), mode="window")
+    retriever.add_documents([Document(TEXT, id="a")], proxies=[[Proxy("zebra", S[2], S[3])]])
+    (doc,) = retriever.invoke("zebra", k=1, window_size=0)
+    assert doc.page_content == TEXT[S[2] : S[3]]
+    assert doc.metadata["matches"][0]["proxy"]["key"] == "a/proxy/0"
+
+
+def test_proxies_are_saved_and_loaded(tmp_path: Path) -> None:
+    retriever = _retriever(hybrid=True)
+    retriever.add_documents([Document(TEXT, id="a")], proxies=[[Proxy("zebra", S[3], S[4])]])
+    retriever.save(tmp_path / "index")
+    loaded = SmallToBigRetriever.load(tmp_path / "index", ExactWords())
+    assert _children(loaded) == _children(retriever)
+    assert _lexical(loaded) == _lexical(retriever)
+    for hybrid in (False, True):
+        (doc,) = loaded.invoke("zebra", k=1, window_size=0, hybrid=hybrid)
+        assert doc.page_content == TEXT[S[3] : S[4]]
+        assert doc.metadata["matches"][0]["proxy"]["text"] == "zebra"
+    assert loaded.verify(digests=True).ok
+
+
+def test_verify_finds_and_repairs_a_proxy_with_no_source_or_no_leaves() -> None:
+    retriever = _retriever()
+    retriever.add_documents(
+        [Document(TEXT, id="a")], proxies=[[Proxy("zebra", 0, 10), Proxy("lion", S[2], S[3])]]
+    )
+    faiss = retriever._io.index.faiss
+    assert faiss is not None
+    base = {"source_id": "gone", "source_key": "gone", "level": "proxy", "split_id": 0}
+    orphan = {**base, "start": 0, "end": 5, "proxy_kind": "user", "covers": ["sentence", 0, 0]}
+    faiss.add_texts(["stray"], [orphan], ids=["gone/proxy/0"])
+    (row,) = faiss.rows_of(["a/proxy/0"])
+    (_, _, meta) = faiss.records([row])[0] or ("", "", {})
+    faiss.delete(["a/proxy/0"])
+    faiss.add_texts(["zebra"], [{**meta, "covers": ["sentence", 4, 9]}], ids=["a/proxy/0"])
+    report = retriever.verify()
+    assert report.orphan_children == ["gone/proxy/0"]
+    assert report.bad_proxies == {"a": ["a/proxy/0"]}
+    assert not report.ok
+    repaired = retriever.verify(repair=True)
+    assert repaired.rebuilt == ["a"]
+    assert retriever.verify(digests=True).ok
+    assert {k for k in _children(retriever) if "/proxy/" in k} == {"a.g1/proxy/0"}
+    (doc,) = retriever.invoke("lion", k=1, window_size=0)
+    assert doc.page_content == TEXT[S[2] : S[3]]
+    assert retriever.invoke("zebra", k=1, window_size=0)[0].metadata["matches"][0].get("proxy") is None
