@@ -362,4 +362,9 @@ def _readable(key: str, manifest: Document) -> bool:
         and isinstance(counts, dict)
         and set(counts) == set(levels)
         and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())
+        and all(_count(meta.get(name, 0)) for name in ("proxies", "digested_proxies"))
     )
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

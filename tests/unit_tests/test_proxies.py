@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core import lifecycle
 from langchain_s2b.core.proxies import Proxy
-from langchain_s2b.core.tree import Level, Node
+from langchain_s2b.core.requests import Op
+from langchain_s2b.core.tree import Level, Node, Tree
 
 from ._embeddings import ExactWords
 
@@ -338,3 +341,41 @@ def test_verify_finds_and_repairs_a_proxy_with_no_source_or_no_leaves() -> None:
     assert (
         retriever.invoke("zebra", k=1, window_size=0)[0].metadata["matches"][0].get("proxy") is None
     )
+
+
+def test_model_written_proxies_join_the_users_and_stay_out_of_the_digest() -> None:
+    retriever = _retriever("window")
+    asked: list[list[str | None]] = []
+
+    def written(documents: list[Document], trees: list[Tree]) -> Op[list[list[Proxy]]]:
+        asked.append([d.id for d in documents])
+        assert [len(t.leaves) for t in trees] == [6] * len(documents)
+        return [[Proxy("okapi", S[5], S[6], "summary")] for _ in documents]
+        yield  # an operation: it may ask for I/O (a chat model's answers)
+
+    config = replace(retriever._lifecycle_config(), write_proxies=written)
+    docs, own = [Document(TEXT, id="a")], [[Proxy("zebra", 0, 10)]]
+    result = retriever._io.drive(lifecycle.add(config, docs, None, proxies=own), write=True)
+    assert (result.added, result.num_proxies) == (["a"], 2)
+    (doc,) = retriever.invoke("okapi", k=1, window_size=0)
+    assert doc.page_content == TEXT[S[5] : S[6]]
+    assert doc.metadata["matches"][0]["proxy"] == {
+        "key": "a/proxy/1",
+        "kind": "summary",
+        "text": "okapi",
+    }
+    again = retriever._io.drive(lifecycle.add(config, docs, None, proxies=own), write=True)
+    assert again.unchanged == ["a"]
+    assert asked == [["a"]]  # asked only for the sources written
+    assert retriever.verify(digests=True).ok
+
+
+def test_a_manifest_with_a_bad_proxy_count_is_a_bad_manifest() -> None:
+    retriever = _retriever()
+    retriever.add_documents([Document(TEXT, id="a")], proxies=[[Proxy("zebra", 0, 10)]])
+    (manifest,) = retriever.docstore.mget(["a/manifest"])
+    assert manifest is not None
+    assert manifest.metadata["proxies"] == 1
+    crafted = Document("", metadata={**manifest.metadata, "proxies": "1"}, id=manifest.id)
+    retriever.docstore.mset([("a/manifest", crafted)])
+    assert retriever.verify().bad_manifests == ["a/manifest"]
