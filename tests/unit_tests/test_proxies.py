@@ -18,9 +18,11 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core import lifecycle
+from langchain_s2b.core import lifecycle, ranking
+from langchain_s2b.core.hits import Hit, Scored
+from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.proxies import Proxy
-from langchain_s2b.core.requests import Op
+from langchain_s2b.core.requests import Found, LeafHits, Op, Search, SearchText
 from langchain_s2b.core.tree import Level, Node, Tree
 
 from ._embeddings import ExactWords
@@ -379,3 +381,44 @@ def test_a_manifest_with_a_bad_proxy_count_is_a_bad_manifest() -> None:
     crafted = Document("", metadata={**manifest.metadata, "proxies": "1"}, id=manifest.id)
     retriever.docstore.mset([("a/manifest", crafted)])
     assert retriever.verify().bad_manifests == ["a/manifest"]
+
+
+def test_a_proxy_only_bm25_found_counts_for_its_leaves_under_hybrid_search() -> None:
+    """Driven by hand: the dense search misses the proxy, BM25 ranks it first.
+
+    Its covers and dense score come through ``LeafHits``; its leaves join BM25's
+    list at its BM25 score, and the dense scale stays the one searched.
+    """
+    proxy = Hit(
+        "a/proxy/0", "a", "a", "proxy", 0, S[1], S[3], 0.05, "zebra",
+        proxy=("a/proxy/0", "user", "zebra"), covers=("sentence", 1, 2),
+    )  # fmt: skip
+    dense = [Scored.of("a/sentence/0", 0.5), Scored.of("a/sentence/1", 0.1)]
+    op = ranking._searched("zebra", [1.0], QueryParams(mode="window"), 2)
+    asked: list[Any] = []
+    answers: dict[type, Any] = {
+        Search: Found(dense, True),
+        SearchText: [("a/proxy/0", 3.0), ("a/sentence/0", 1.0)],
+        LeafHits: {"a/proxy/0": proxy},
+    }
+    request = next(op)
+    try:
+        while True:
+            asked.append(request)
+            request = op.send(answers[type(request)])
+    except StopIteration as done:
+        got: ranking.Ranked = done.value
+    assert [type(r) for r in asked] == [Search, SearchText, LeafHits]
+    assert asked[2].keys == ["a/proxy/0"]
+    assert [(h.key, h.score, h.proxy) for h in got.hits] == [
+        ("a/sentence/0", 0.5, None),
+        ("a/sentence/1", 0.1, None),  # its own 0.1 beats the proxy's 0.05
+        ("a/sentence/2", 0.05, ("a/proxy/0", "user", "zebra")),
+    ]
+    z_dense = {"a/sentence/0": 1.0, "a/sentence/1": -1.0, "a/sentence/2": -1.25}  # 0.3 +- 0.2
+    std = (8 / 9) ** 0.5  # BM25's list [3, 3, 1] (the proxy's 3 for each of its leaves)
+    z_lexical = {"a/sentence/0": -4 / 3 / std, "a/sentence/1": 2 / 3 / std}
+    z_lexical["a/sentence/2"] = 2 / 3 / std
+    assert got.fused is not None
+    for key, z in z_dense.items():
+        assert got.fused[key] == pytest.approx(z + 0.3 * z_lexical[key], abs=1e-12)
