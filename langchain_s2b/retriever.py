@@ -61,6 +61,7 @@ from langchain_s2b.core.params import (
     check_tree,
     with_overrides,
 )
+from langchain_s2b.core.proxies import NodeProxies, Proxy
 from langchain_s2b.core.requests import Op
 from langchain_s2b.core.retrieval import retrieve
 from langchain_s2b.core.splitters import default_levels
@@ -77,6 +78,7 @@ _NOT_SAVED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
     | {"callbacks", "token_counter", "context_cache", "reranker"}
     | {"contextual_headers", "context_model"}  # saved as what is embedded: persist.embedded
+    | {"node_proxies"}  # a callable: its proxies are saved as children
 )
 
 
@@ -198,6 +200,9 @@ class SmallToBigRetriever(BaseRetriever):
     """A chat model that writes a context for each paragraph, embedded with its sentences."""
     context_cache: BaseStore[str, bytes] | None = None
     """Where the model's contexts are kept by digest (default: in memory, this retriever's)."""
+    node_proxies: NodeProxies | None = None
+    """The user's proxies by node, on every add: ``(document, node) -> texts`` standing for
+    the node's span, called for every node of every level (README, Proxies)."""
 
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _io: Runner = PrivateAttr()
@@ -323,24 +328,35 @@ class SmallToBigRetriever(BaseRetriever):
     # Ingestion and deletion ----------------------------------------------------
 
     def add_documents(
-        self, documents: Sequence[Document], ids: Sequence[str] | None = None
+        self,
+        documents: Sequence[Document],
+        ids: Sequence[str] | None = None,
+        *,
+        proxies: Sequence[Sequence[Proxy]] | None = None,
     ) -> IndexingResult:
         """Split, embed and store documents; unchanged sources are skipped.
 
         All or nothing: when a call fails (the embedding, a store), every source
         keeps the version it had. The embedding runs before the write lock is
-        taken, so queries do not wait for it.
+        taken, so queries do not wait for it. ``proxies``: each document's own
+        proxies (README, Proxies), a list of ``Proxy`` per document.
         """
         config = self._lifecycle_config()
-        staged = self._io.drive(lifecycle.stage(config, documents, ids), locked=False)
+        stage = lifecycle.stage(config, documents, ids, proxies=proxies)
+        staged = self._io.drive(stage, locked=False)
         return self._io.drive(lifecycle.commit(config, staged), write=True)
 
     async def aadd_documents(
-        self, documents: Sequence[Document], ids: Sequence[str] | None = None
+        self,
+        documents: Sequence[Document],
+        ids: Sequence[str] | None = None,
+        *,
+        proxies: Sequence[Sequence[Proxy]] | None = None,
     ) -> IndexingResult:
         """Async :meth:`add_documents`."""
         config = self._lifecycle_config()
-        staged = await self._io.adrive(lifecycle.stage(config, documents, ids), locked=False)
+        stage = lifecycle.stage(config, documents, ids, proxies=proxies)
+        staged = await self._io.adrive(stage, locked=False)
         return await self._io.adrive(lifecycle.commit(config, staged), write=True)
 
     def delete(self, source_ids: Sequence[str]) -> list[str]:
@@ -364,6 +380,7 @@ class SmallToBigRetriever(BaseRetriever):
             counter if limit is not None and callable(counter) else estimate_tokens,
             headers=False if self.contextual_headers is None else self.contextual_headers,
             context_model=self._context_model_name(),
+            node_proxies=self.node_proxies,
         )
 
     def _context_model_name(self) -> str | None:

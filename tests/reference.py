@@ -96,6 +96,15 @@ The contract, written once here:
   (``escalation`` ``"budget"``, ``split_ids``, ``tokens``, ``context``),
   ranked by the best seed inside; the first ``k``. A counter that charges the
   merged runs more than the budget gets the last chosen leaves back.
+* **Proxies** (issue 35). A proxy is a child of its own (its text embedded,
+  keyed ``<source>/proxy/<n>``, ``n`` its place among its source's proxies)
+  that stands for a span ``[start, end)`` of its source. The search and the
+  scale see it as any child; then each proxy hit becomes a hit on every
+  embedded leaf whose span meets its span, at its score, and the proxy is
+  gone. A leaf met several times keeps its best score (of equal scores its own
+  hit, then the proxy written first), and a hit through a proxy says so in its
+  match: ``proxy`` ``{key, kind, text}``. Everything after is a leaf hit's.
+  (Hybrid search with proxies is not stated here.)
 """
 
 from __future__ import annotations
@@ -184,6 +193,10 @@ class Node:
     parent: Node | None
     heading: str = ""
     """Its contextual header (leaves, with headers on: :func:`add_headers`)."""
+    proxy: tuple[str, str] | None = None
+    """A proxy's ``(kind, text)`` (:func:`add_proxy`); ``None`` for a node of the tree."""
+    covers: tuple[Node, ...] = ()
+    """A proxy's embedded leaves whose spans meet its span."""
 
     @property
     def key(self) -> str:
@@ -207,6 +220,7 @@ class Source:
     text: str
     metadata: dict[str, Any]
     levels: dict[str, list[Node]] = field(default_factory=dict)
+    proxies: list[Node] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -264,8 +278,43 @@ def add_headers(source: Source, leaf_level: str) -> None:
         node.heading = " > ".join(p for p in [title, *path] if p)
 
 
+def add_proxy(
+    source: Source, leaf_level: str, text: str, start: int, end: int, kind: str = "user"
+) -> Node:
+    """A proxy of ``source`` standing for ``[start, end)``: every embedded leaf it meets."""
+    met = tuple(n for n in leaves(source, leaf_level) if n.start < end and start < n.end)
+    node = Node(source, "proxy", len(source.proxies), start, end, None, proxy=(kind, text))
+    node.covers = met
+    source.proxies.append(node)
+    return node
+
+
+def through_proxies(hits: list[Hit]) -> list[Hit]:
+    """Each proxy hit as a hit on every leaf it covers; a leaf keeps its best (see Proxies)."""
+    best: dict[str, Hit] = {}
+    for h in hits:
+        if h.node.proxy is None:
+            found = [h]
+        else:
+            kind, text = h.node.proxy
+            found = [Hit(leaf, h.score, (h.node.key, kind, text)) for leaf in h.node.covers]
+        for f in found:
+            held = best.get(f.node.key)
+            if held is None or _preferred(f) > _preferred(held):
+                best[f.node.key] = f
+    return sorted(best.values(), key=lambda h: h.order)
+
+
+def _preferred(h: Hit) -> tuple[float, bool, int]:
+    """The better of two hits on one leaf: the higher score, its own, the first proxy."""
+    n = -1 if h.proxy is None else int(h.proxy[0].rpartition("/")[2])
+    return (h.score, h.proxy is None, -n)
+
+
 def embedded(node: Node) -> str:
     """What the index embeds and BM25 reads for a leaf: its header, then its text."""
+    if node.proxy is not None:
+        return node.proxy[1]  # a proxy: its own text
     text = node.source.text[node.start : node.end]
     return f"{node.heading}\n\n{text}" if node.heading else text
 
@@ -287,6 +336,8 @@ class Hit:
 
     node: Node
     score: float
+    proxy: tuple[str, str, str] | None = None
+    """``(key, kind, text)`` of the proxy it came through."""
 
     @property
     def order(self) -> tuple[float, str, int]:
@@ -294,7 +345,11 @@ class Hit:
 
     def match(self) -> dict[str, Any]:
         n = self.node
-        return {"key": n.key, "split_id": n.split_id, "score": self.score, "start": n.start}
+        out = {"key": n.key, "split_id": n.split_id, "score": self.score, "start": n.start}
+        if self.proxy is not None:
+            key, kind, text = self.proxy
+            out["proxy"] = {"key": key, "kind": kind, "text": text}
+        return out
 
 
 def settle(ranked: list[Hit], fetch: int) -> tuple[list[Hit], bool]:
@@ -458,6 +513,7 @@ def rank(oracle: Oracle, s: Settings, depth: int) -> Ranking:
         # past its last hit, so that hit's score bounds the rest.
         left_out = ranked[len(hits)]
         last = left_out.score if left_out.score == ranked[depth - 1].score else hits[-1].score
+    hits = through_proxies(hits)  # after the scale and the bound: as searched
     if s.lexical is None:
         relevance = {h.node.key: z(h.score) for h in hits}
         bound = None if last is None or last <= 0 else z(last)
@@ -830,12 +886,12 @@ def sentences_of(slot: Slot, query: str) -> Slot:
         score = {i: sum(math.log(len(mine) / df[w]) for w in found) for i, found in shared.items()}
         best = max(mine, key=lambda i: (score[i], -i))
         sentence = inside[best]
-        hits.append(Hit(sentence, h.score))
+        hits.append(Hit(sentence, h.score, h.proxy))
         n = h.node
         match = Node(
             n.source, n.level, n.split_id, sentence.start, sentence.end, n.parent, n.heading
         )
-        stands_for[sentence.key] = Hit(match, h.score)
+        stands_for[sentence.key] = Hit(match, h.score, h.proxy)
     return Slot(
         slot.source, hits, inside, leaf_of=leaf_of, stands_for=stands_for, leaves=slot.inside
     )

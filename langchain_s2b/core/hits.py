@@ -10,10 +10,14 @@ from typing import Any, NamedTuple, TypeVar
 from langchain_core.documents import Document
 
 from langchain_s2b.core.headers import HEADING
-from langchain_s2b.core.keys import base_source_key, node_key
+from langchain_s2b.core.keys import PROXY_LEVEL, base_source_key, node_key
 from langchain_s2b.core.tree import user_metadata
 
 LEAF_FIELDS = ("source_id", "source_key", "level", "split_id", "start", "end")
+PROXY_KIND = "proxy_kind"
+"""A proxy's metadata: its kind (:data:`~langchain_s2b.core.proxies.KINDS`)."""
+COVERS = "covers"
+"""A proxy's metadata: ``[leaf level, first, last]``, the leaves its span meets."""
 
 
 class Hit(NamedTuple):
@@ -38,16 +42,25 @@ class Hit(NamedTuple):
     n_splits: int | None = None
     heading: str = ""
     """The leaf's contextual header (``""``: none)."""
+    proxy: tuple[str, str, str] | None = None
+    """``(key, kind, text)`` of the proxy this hit came through (``None``: the leaf's own)."""
+    covers: tuple[str, int, int] | None = None
+    """A proxy's own hit: ``(leaf level, first, last)`` split ids of the leaves it stands for
+    (:mod:`~langchain_s2b.core.proxy_spans`); ``None`` for a leaf."""
 
     def match(self) -> dict[str, Any]:
         """The citation record of this hit (the entries of a result's ``matches``)."""
-        return {
+        out: dict[str, Any] = {
             "key": self.key,
             "split_id": self.split_id,
             "score": self.score,
             "start": self.start,
             "end": self.end,
         }
+        if self.proxy is not None:
+            key, kind, text = self.proxy
+            out["proxy"] = {"key": key, "kind": kind, "text": text}
+        return out
 
 
 class Scored(NamedTuple):
@@ -69,12 +82,14 @@ class Scored(NamedTuple):
     """The source key its node key names."""
     split_id: int
     """The split id its node key names."""
+    proxy: tuple[str, str, str] | None = None
+    """``(key, kind, text)`` of the proxy it was found through (``None``: its own vector)."""
 
     @classmethod
-    def of(cls, key: str, score: float) -> Scored:
+    def of(cls, key: str, score: float, proxy: tuple[str, str, str] | None = None) -> Scored:
         """The unread hit of node key ``key`` (its source key and split id read from it)."""
         source_key, _, rest = key.partition("/")
-        return cls(key, score, source_key, int(rest.rpartition("/")[2]))
+        return cls(key, score, source_key, int(rest.rpartition("/")[2]), proxy)
 
 
 Candidate = Hit | Scored
@@ -99,7 +114,8 @@ def with_read(
         if not isinstance(c, Scored):
             out.append(c)
         elif c.key in read:
-            out.append(with_score(read[c.key], c.score))
+            hit = with_score(read[c.key], c.score)
+            out.append(hit if c.proxy is None else hit._replace(proxy=c.proxy))
         elif c.key not in asked:
             out.append(c)
     return out
@@ -142,6 +158,10 @@ def hit_from_metadata(
         splits, parent = meta.get("source_splits"), meta.get("parent_id")
         splits = None if splits is None else int(splits)
         heading = meta.get(HEADING, "")
+        proxy, covers = None, None
+        if level == PROXY_LEVEL:  # a proxy's own row: what it is and the leaves it covers
+            kind, covers = read_proxy(meta)
+            proxy = (node_key(source_key, level, split_id), kind, text)
         if not all(isinstance(v, str) for v in (source_key, level, source_id, heading)) or not (
             parent is None or isinstance(parent, str)
         ):
@@ -168,7 +188,17 @@ def hit_from_metadata(
         ancestors,
         splits,
         heading,
+        proxy,
+        covers,
     )
+
+
+def read_proxy(meta: Mapping[str, Any]) -> tuple[str, tuple[str, int, int]]:
+    """``(kind, (leaf level, first, last))`` of a proxy's metadata; raise if malformed."""
+    kind, (level, first, last) = meta[PROXY_KIND], meta[COVERS]
+    if not isinstance(kind, str) or not isinstance(level, str) or int(first) > int(last):
+        raise TypeError
+    return kind, (level, int(first), int(last))
 
 
 C = TypeVar("C", Hit, Scored, Candidate)

@@ -25,7 +25,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import overload
 
 from langchain_core.documents import Document
@@ -39,12 +39,15 @@ from langchain_s2b.core.headers import (
 )
 from langchain_s2b.core.junk import is_junk
 from langchain_s2b.core.keys import (
+    PROXY_LEVEL,
     composite_source_id,
     encode_source_key,
     generation_key,
     level_prefix,
     manifest_key,
 )
+from langchain_s2b.core.proxies import Proxy
+from langchain_s2b.core.proxy_spans import proxies_digest, proxy_documents
 from langchain_s2b.core.tree import DOC_LEVEL, NODE_FIELDS, Level, Node, Tree, build_tree
 
 MANIFEST_VERSION = 1
@@ -61,6 +64,8 @@ class IndexingResult:
     """Sources with no text (empty or whitespace only): nothing was indexed."""
     num_children: int = 0
     """Leaves embedded by this call."""
+    num_proxies: int = 0
+    """Proxies embedded by this call (beside its leaves)."""
     deleted_keys: int = 0
     """Old nodes removed because their source changed."""
 
@@ -194,21 +199,34 @@ _HASH_CHARS = 1 << 20
 """Characters encoded at a time to hash a text (UTF-8 encodes each code point alone)."""
 
 
-def tree_digest(source: Source, tree: Tree) -> str:
-    """The source's digest combined with the spans its tree holds (re-split and compare)."""
+def tree_digest(source: Source, tree: Tree, proxies: str = "") -> str:
+    """The source's digest combined with the spans its tree holds (re-split and compare).
+
+    ``proxies``: :func:`~langchain_s2b.core.proxy_spans.proxies_digest` of the user's proxies.
+    """
     h = hashlib.sha256(source.digest.encode("ascii"))
     for level in tree.levels:
         spans = [(node.start, node.end) for node in tree.nodes[level]]
         h.update(json.dumps([level, spans]).encode("ascii"))
+    if proxies:
+        h.update(proxies.encode("ascii"))
     return h.hexdigest()
 
 
 def manifest_document(
-    source: Source, tree: Tree, generation: int = 0, junk: list[int] | None = None
+    source: Source,
+    tree: Tree,
+    generation: int = 0,
+    junk: list[int] | None = None,
+    proxies: Sequence[Proxy] = (),
+    digested: Sequence[Proxy] = (),
 ) -> Document:
     """The manifest: enough to enumerate every key the source produced.
 
     ``junk``: the split ids of the leaves not embedded, when the caller knows them.
+    ``proxies``: how many it has is recorded; ``digested``: those its digest covers,
+    the first of them (the user's; model-written ones are covered by the configuration's
+    fingerprint), counted when not all.
     """
     counts = {level: len(nodes) for level, nodes in tree.nodes.items()}
     if junk is None:
@@ -219,12 +237,16 @@ def manifest_document(
         "source_id": source.source_id,
         "source_key": source.source_key,
         "generation": generation,
-        "digest": tree_digest(source, tree),
+        "digest": tree_digest(source, tree, proxies_digest(digested)),
         "levels": tree.levels,
         "counts": counts,
     }
     if junk:
         meta["unembedded"] = junk
+    if proxies:
+        meta["proxies"] = len(proxies)
+    if len(digested) != len(proxies):
+        meta["digested_proxies"] = len(digested)
     return Document(page_content="", metadata=meta, id=manifest_key(source.source_key))
 
 
@@ -262,6 +284,23 @@ def leaf_keys(manifest: Document) -> list[str]:
     skipped = set(meta.get("unembedded", ()))
     count = int(meta["counts"][meta["levels"][0]])
     return [f"{prefix}{i}" for i in range(count) if i not in skipped]
+
+
+def digested_proxies(manifest: Document) -> int:
+    """How many of a manifest's proxies (the first) its digest covers."""
+    meta = manifest.metadata
+    return int(meta.get("digested_proxies", meta.get("proxies", 0)))
+
+
+def proxy_keys(manifest: Document) -> list[str]:
+    """The keys of a manifest's proxies (children of the child index beside its leaves)."""
+    prefix = level_prefix(nodes_key(manifest), PROXY_LEVEL)
+    return [f"{prefix}{i}" for i in range(int(manifest.metadata.get("proxies", 0)))]
+
+
+def child_keys(manifest: Document) -> list[str]:
+    """Every key a manifest's source holds in the child index: its leaves, then its proxies."""
+    return [*leaf_keys(manifest), *proxy_keys(manifest)]
 
 
 @dataclass
@@ -448,6 +487,22 @@ class Prepared:
     manifest: Document
     notes: LeafNotes = field(default_factory=LeafNotes)
     """The leaves' headers and contexts (the contexts are set once written: ``lifecycle``)."""
+    proxies: list[Document] = field(default_factory=list)
+    """The proxies' child documents, indexed after the leaves (:func:`with_proxies`)."""
+    given: tuple[list[Proxy], list[Proxy]] = ([], [])
+    """The proxies and those of them the digest covers (kept to prepare it again)."""
+
+    def children(self) -> list[Document]:
+        """Everything it adds to the child index: the leaves, then the proxies."""
+        return [*self.leaves, *self.proxies]
+
+    def child_ids(self) -> list[str]:
+        """The keys of :meth:`children` (no leaf document is made)."""
+        return [*self.leaves.ids(), *(str(p.id) for p in self.proxies)]
+
+    def embedded_texts(self) -> list[str]:
+        """What is embedded for :meth:`children`: each proxy's text alone (no header)."""
+        return [*self.leaves.embedded_texts(), *(p.page_content for p in self.proxies)]
 
     @property
     def tree(self) -> Tree:
@@ -486,6 +541,25 @@ def prepare(
         NodePairs(NodeDocuments(source, tree, every[::-1], notes)),
         manifest,
         notes,
+    )
+
+
+def with_proxies(
+    prepared: Prepared, proxies: Sequence[Proxy], digested: Sequence[Proxy]
+) -> Prepared:
+    """``prepared`` with these proxies: its manifest counts them, its digest covers ``digested``."""
+    if not proxies and not digested:
+        return prepared
+    source, tree = prepared.source, prepared.tree
+    generation = generation_of(prepared.manifest)
+    junk = list(prepared.manifest.metadata.get("unembedded", ()))
+    base = {**source.doc.metadata, "source_id": source.source_id}
+    key = generation_key(source.source_key, generation)
+    return replace(
+        prepared,
+        manifest=manifest_document(source, tree, generation, junk, proxies, digested),
+        proxies=proxy_documents(base, key, tree, proxies),
+        given=(list(proxies), list(digested)),
     )
 
 

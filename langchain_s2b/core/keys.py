@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 MANIFEST = "manifest"
+PROXY_LEVEL = "proxy"
+"""The reserved level of a proxy's key (:mod:`~langchain_s2b.core.proxy_spans`)."""
+_PROXY_MARK = f"/{PROXY_LEVEL}/"
 _SAFE = re.compile(r"[A-Za-z0-9_-]")
 _MAX_KEY_CHARS = 160
 _HASHED_PREFIX = "h-"
@@ -99,6 +102,11 @@ def check_level_name(level: str) -> str:
         msg = f"Level names must match [a-z][a-z0-9_]* and not be {MANIFEST!r}; got {level!r}."
         raise ValueError(msg)
     return level
+
+
+def is_proxy_key(key: str) -> bool:
+    """Whether a child key is a proxy's (a node key of level :data:`PROXY_LEVEL`)."""
+    return _PROXY_MARK in key
 
 
 def node_key(source_key: str, level: str, split_id: int) -> str:

@@ -34,14 +34,18 @@ from langchain_s2b.core.headers import HeaderFunction, describe_headers
 from langchain_s2b.core.ingest import (
     IndexingResult,
     Prepared,
+    Source,
+    child_keys,
     generation_of,
     identify,
     is_empty,
-    leaf_keys,
     node_keys,
     prepare,
+    with_proxies,
 )
 from langchain_s2b.core.keys import encode_source_key, manifest_key
+from langchain_s2b.core.proxies import NodeProxies, Proxy
+from langchain_s2b.core.proxy_spans import check_proxies, node_proxies
 from langchain_s2b.core.requests import (
     AddLeaves,
     EmbedLeaves,
@@ -55,7 +59,7 @@ from langchain_s2b.core.requests import (
 )
 from langchain_s2b.core.situate import PROMPT_VERSION, Piece, leaf_contexts, pieces
 from langchain_s2b.core.splitters import describe_splitter
-from langchain_s2b.core.tree import Level
+from langchain_s2b.core.tree import Level, Tree
 
 Vectors = list[list[float]]
 _T = TypeVar("_T")
@@ -76,6 +80,11 @@ class Config:
     """Each leaf's contextual header: off, the title and section path, or a callable's."""
     context_model: str | None = None
     """The name of the chat model that writes the leaves' contexts (``None``: none)."""
+    node_proxies: NodeProxies | None = None
+    """The user's proxies by node: texts standing for each node's span (every level)."""
+    write_proxies: Callable[[list[Document], list[Tree]], Op[list[list[Proxy]]]] | None = None
+    """Model-written proxies for the sources to write, given their documents and trees
+    (one list per source; they join the user's and are covered by the fingerprint)."""
 
     def fingerprint(self) -> str:
         """Identifies the split configuration: every level's name and whole splitter setup.
@@ -200,36 +209,86 @@ def stage(
     ids: Sequence[str] | None,
     *,
     force: Collection[str] = (),
+    proxies: Sequence[Sequence[Proxy]] | None = None,
 ) -> Op[Staged]:
     """Split the sources, skip unchanged ones and embed the rest; writes nothing.
 
-    Sources in ``force`` are written even when unchanged (repair).
+    Sources in ``force`` are written even when unchanged (repair). ``proxies``:
+    the user's proxies of each document (parallel to ``documents``); with
+    :attr:`Config.node_proxies`'s, they are part of a source's digest.
     """
     sources = identify(documents, ids, config.source_fields, config.fingerprint())
+    given = _given_proxies(sources, proxies)
     result = IndexingResult()
-    current = [s for s in sources if not is_empty(s)]
+    current = [(s, p) for s, p in zip(sources, given, strict=True) if not is_empty(s)]
     result.empty = [s.source_id for s in sources if is_empty(s)]
-    manifests = yield from ask(Fetch([manifest_key(s.source_key) for s in current]))
+    manifests = yield from ask(Fetch([manifest_key(s.source_key) for s, _ in current]))
     writes: list[Write] = []
-    for source, manifest in zip(current, manifests, strict=True):
+    for (source, own), manifest in zip(current, manifests, strict=True):
         generation = _next_generation(manifest)
         prepared = prepare(source, config.levels, generation, config.headers)
+        if config.node_proxies is not None:
+            name = _name(source)
+            own = own + node_proxies(config.node_proxies, source.doc, prepared.tree, name)
+        prepared = with_proxies(prepared, own, own)
         if source.source_id not in force and _same(manifest, prepared):
             result.unchanged.append(source.source_id)
             continue
         writes.append(Write(prepared, generation))
+    if config.write_proxies is not None and writes:
+        yield from _write_proxies(config.write_proxies, writes)
     if config.context_model is not None:
         yield from _situate(config.context_model, writes)
     texts = []
     for write in writes:
-        embedded = write.prepared.leaves.embedded_texts()
-        _warn_if_too_long(config, embedded, write.prepared.leaves)
+        embedded = write.prepared.embedded_texts()
+        _warn_if_too_long(config, embedded, write.prepared)
         texts += embedded
     if texts:
         vectors = yield from _embed_once(texts)
         if vectors is not None:
             _assign(writes, vectors)
     return Staged(writes, result, frozenset(force))
+
+
+def _name(source: Source) -> str:
+    return repr(source.source_id)
+
+
+def _given_proxies(
+    sources: Sequence[Source], proxies: Sequence[Sequence[Proxy]] | None
+) -> list[list[Proxy]]:
+    """The user's proxies of each source, checked (one empty list each without any)."""
+    if proxies is None:
+        return [[] for _ in sources]
+    if isinstance(proxies, str) or len(proxies) != len(sources):
+        got = len(proxies) if not isinstance(proxies, str) else "a str"
+        msg = (
+            f"Got {len(sources)} documents but proxies for {got}; pass one list of Proxy "
+            "per document (an empty one for none)."
+        )
+        raise ValueError(msg)
+    return [
+        check_proxies(_name(source), source.doc.page_content, given)
+        for source, given in zip(sources, proxies, strict=True)
+    ]
+
+
+def _write_proxies(
+    write: Callable[[list[Document], list[Tree]], Op[list[list[Proxy]]]], writes: list[Write]
+) -> Op[None]:
+    """The model-written proxies of the sources to write, joined to the user's."""
+    documents = [w.prepared.source.doc for w in writes]
+    found = yield from write(documents, [w.prepared.tree for w in writes])
+    if len(found) != len(writes):
+        msg = f"write_proxies gave proxies for {len(found)} of {len(writes)} documents."
+        raise ValueError(msg)
+    for w, extra in zip(writes, found, strict=True):
+        if extra:
+            source = w.prepared.source
+            checked = check_proxies(_name(source), source.doc.page_content, extra)
+            own, digested = w.prepared.given
+            w.prepared = with_proxies(w.prepared, [*own, *checked], digested)
 
 
 def _situate(model: str, writes: list[Write]) -> Op[None]:
@@ -285,6 +344,7 @@ def commit(config: Config, staged: Staged) -> Op[IndexingResult]:
         if write.generation != _next_generation(manifest):  # changed since stage
             generation = _next_generation(manifest)
             again = prepare(write.prepared.source, config.levels, generation, config.headers)
+            again = with_proxies(again, *write.prepared.given)
             again.notes.contexts = write.prepared.notes.contexts
             write = Write(again, generation, write.vectors)
         (result.updated if manifest is not None else result.added).append(sid)
@@ -293,6 +353,7 @@ def commit(config: Config, staged: Staged) -> Op[IndexingResult]:
         return result
     yield from _write_all(todo)
     result.num_children = sum(len(w.prepared.leaves) for w, _ in todo)
+    result.num_proxies = sum(len(w.prepared.proxies) for w, _ in todo)
     old = [m for _, m in todo if m is not None]
     result.deleted_keys = sum(len(node_keys(m)) for m in old)
     yield from _cleanup(old)
@@ -305,9 +366,10 @@ def add(
     ids: Sequence[str] | None,
     *,
     force: Collection[str] = (),
+    proxies: Sequence[Sequence[Proxy]] | None = None,
 ) -> Op[IndexingResult]:
     """Upsert sources in one operation: :func:`stage`, then :func:`commit`."""
-    staged = yield from stage(config, documents, ids, force=force)
+    staged = yield from stage(config, documents, ids, force=force, proxies=proxies)
     return (yield from commit(config, staged))
 
 
@@ -325,7 +387,7 @@ def _same(manifest: Document | None, prepared: Prepared) -> bool:
 def _assign(writes: list[Write], vectors: Vectors) -> None:
     start = 0
     for write in writes:
-        end = start + len(write.prepared.leaves)
+        end = start + len(write.prepared.leaves) + len(write.prepared.proxies)
         write.vectors = vectors[start:end]
         start = end
     if start != len(vectors):
@@ -350,7 +412,8 @@ def _write_all(todo: list[tuple[Write, Document | None]]) -> Op[None]:
             yield from ask(Put(nodes))
         step = 1
         done = 0
-        for leaves in _batches(leaf for w, _ in todo for leaf in w.prepared.leaves):
+        children = (child for w, _ in todo for child in w.prepared.children())
+        for leaves in _batches(children):
             part = None if vectors is None else vectors[done : done + len(leaves)]
             yield from ask(AddLeaves(leaves, part))
             done += len(leaves)
@@ -381,7 +444,7 @@ def _undo(todo: list[tuple[Write, Document | None]], step: int, err: BaseExcepti
             if fresh:
                 yield from ask(Remove(fresh))
         if step >= 1:
-            yield from ask(RemoveLeaves([k for w, _ in todo for k in w.prepared.leaves.ids()]))
+            yield from ask(RemoveLeaves([k for w, _ in todo for k in w.prepared.child_ids()]))
         yield from ask(Remove([key for w, _ in todo for key in w.prepared.nodes.ids()]))
     except Exception as undo_err:
         _warn_undo(err, undo_err)
@@ -401,7 +464,7 @@ def _cleanup(old: list[Document]) -> Op[None]:
     if not old:
         return
     yield from _finish_removal(
-        [key for m in old for key in leaf_keys(m)],
+        [key for m in old for key in child_keys(m)],
         [key for m in old for key in node_keys(m)],
         "The new versions are written, but removing the previous ones",
     )
@@ -473,7 +536,7 @@ def remove_sources(manifests: list[Document]) -> Op[None]:
     pairs = [(manifest_key(m.metadata["source_key"]), m) for m in manifests]
     try:
         yield from ask(Remove([key for key, _ in pairs]))
-        yield from ask(RemoveLeaves([key for m in manifests for key in leaf_keys(m)]))
+        yield from ask(RemoveLeaves([key for m in manifests for key in child_keys(m)]))
     except GeneratorExit:
         raise
     except BaseException as err:  # cancellation and Ctrl-C put them back too
@@ -493,16 +556,17 @@ def _cleanup_nodes(manifests: list[Document]) -> Op[None]:
     )
 
 
-def _warn_if_too_long(config: Config, texts: Sequence[str], leaves: Sequence[Document]) -> None:
+def _warn_if_too_long(config: Config, texts: Sequence[str], prepared: Prepared) -> None:
     """Warn when what is embedded (with any header and context) exceeds the model's window."""
     if config.input_limit is None:
         return
     long = [i for i, text in enumerate(texts) if config.count_tokens(text) > config.input_limit]
     if long:
+        first = prepared.child_ids()[long[0]]
         warnings.warn(
             f"{len(long)} of {len(texts)} children exceed the embedding model's input "
             f"window of {config.input_limit} tokens and will be embedded from their "
-            f"beginning only (first: {leaves[long[0]].id!r}); use a smaller child splitter.",
+            f"beginning only (first: {first!r}); use a smaller child splitter.",
             UserWarning,
             stacklevel=4,
         )

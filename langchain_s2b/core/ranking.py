@@ -20,7 +20,9 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse, z_scores
 from langchain_s2b.core.hits import Candidate, Hit, all_read, dedupe_hits, unread, with_read
+from langchain_s2b.core.keys import is_proxy_key
 from langchain_s2b.core.params import QueryParams
+from langchain_s2b.core.proxy_spans import expand, expand_lexical
 from langchain_s2b.core.relevance import STATS_DEPTH, Scale, cut, scale_of
 from langchain_s2b.core.requests import (
     Found,
@@ -91,19 +93,34 @@ def ranked(
 
 
 def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op[Ranked]:
+    """One search, ranked; a proxy's hit counts as a hit on each leaf it covers.
+
+    The query's scale is read from the scores as searched, before proxies are
+    expanded (:func:`~langchain_s2b.core.proxy_spans.expand`), so a proxy
+    covering many leaves does not weigh more in it than a leaf.
+    """
     found = yield from ask(Search(vector, query, depth, params.filter))
-    hits = dedupe_hits(found.hits)
-    scores = [hit.score for hit in hits]
+    searched = dedupe_hits(found.hits)
+    scores = [hit.score for hit in searched]
     if found.tied is not None:  # the places of a group of equal scores the cut left out
         scores += [found.tied] * (min(depth, STATS_DEPTH) - len(scores))
     scale = scale_of(scores)
-    last = None if found.exhausted else _lowest_left_out(hits, found)
+    last = None if found.exhausted else _lowest_left_out(searched, found)
+    hits = dedupe_hits(expand(searched))
     if not params.hybrid:
         relevance = {hit.key: scale.z(hit.score) for hit in hits}
         bound = None if last is None or last <= 0 else scale.z(last)
         return Ranked(hits, relevance, None, scale, found.exhausted, last, bound)
     lexical = yield from ask(SearchText(query, TOP_N, params.filter))
     by_key = {hit.key: hit for hit in hits}
+    proxies = {hit.key: hit for hit in searched if is_proxy_key(hit.key)}
+    missing = [key for key, _ in lexical if is_proxy_key(key) and key not in proxies]
+    if missing:  # BM25's proxies the dense search did not return: their covers, dense scores
+        scored = yield from ask(LeafHits(missing, params.filter, vector))
+        more = [scored[key] for key in missing if key in scored]
+        proxies.update((hit.key, hit) for hit in more)
+        by_key = {hit.key: hit for hit in dedupe_hits(expand([*hits, *more]))}
+    lexical = expand_lexical(lexical, proxies)
     missing = [key for key, _ in lexical if key not in by_key]
     if missing:
         scored = yield from ask(LeafHits(missing, params.filter, vector))

@@ -22,7 +22,7 @@ from langchain_text_splitters import TextSplitter
 
 from langchain_s2b.core.budget import CHARS_PER_TOKEN, estimate_tokens
 from langchain_s2b.core.headers import HEADING, LEAF_CONTEXT
-from langchain_s2b.core.keys import check_level_name, node_key
+from langchain_s2b.core.keys import PROXY_LEVEL, check_level_name, node_key
 
 DOC_LEVEL = "doc"
 NODE_FIELDS = frozenset(
@@ -67,6 +67,9 @@ class Level:
         check_level_name(self.name)
         if self.name == DOC_LEVEL:
             msg = f"{DOC_LEVEL!r} is the implicit root level; name levels below it."
+            raise ValueError(msg)
+        if self.name == PROXY_LEVEL:
+            msg = f"{PROXY_LEVEL!r} is reserved for proxies' keys; name the level otherwise."
             raise ValueError(msg)
 
 

@@ -44,16 +44,28 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core import lifecycle
 from langchain_s2b.core.headers import LEAF_CONTEXT
+from langchain_s2b.core.hits import Hit
 from langchain_s2b.core.ingest import (
+    child_keys,
+    digested_proxies,
     generation_of,
     identify,
-    leaf_keys,
     manifest_keys,
     node_keys,
     nodes_key,
     prepare,
+    proxy_keys,
+    with_proxies,
 )
-from langchain_s2b.core.keys import is_manifest_key, is_node_key, level_of, node_key, source_key_of
+from langchain_s2b.core.keys import (
+    is_manifest_key,
+    is_node_key,
+    is_proxy_key,
+    level_of,
+    node_key,
+    source_key_of,
+)
+from langchain_s2b.core.proxies import Proxy
 from langchain_s2b.core.requests import (
     CheckChildren,
     Fetch,
@@ -61,6 +73,7 @@ from langchain_s2b.core.requests import (
     ListChildren,
     MendChildren,
     Op,
+    ReadHits,
     RebuildLexical,
     Remove,
     RemoveLeaves,
@@ -86,7 +99,7 @@ class VerifyReport:
     missing_nodes: dict[str, list[str]] = field(default_factory=dict)
     """Source id -> docstore keys its manifest lists but the docstore lacks."""
     missing_children: dict[str, list[str]] = field(default_factory=dict)
-    """Source id -> leaf keys its manifest lists but the child index lacks."""
+    """Source id -> leaf and proxy keys its manifest lists but the child index lacks."""
     orphan_nodes: list[str] = field(default_factory=list)
     orphan_children: list[str] = field(default_factory=list)
     lexical_missing: list[str] = field(default_factory=list)
@@ -97,6 +110,8 @@ class VerifyReport:
     """Leaf keys the child index holds a record for but no vector (no search finds them)."""
     stray_vectors: int = 0
     """Vectors the child index holds for no leaf."""
+    bad_proxies: dict[str, list[str]] = field(default_factory=dict)
+    """Source id -> its proxies whose covers point at no leaf of its generation."""
     bad_digests: list[str] = field(default_factory=list)
     """Source ids whose stored text, metadata or manifest do not give the manifest's digest."""
     bad_nodes: dict[str, list[str]] = field(default_factory=dict)
@@ -124,6 +139,7 @@ class VerifyReport:
             or self.stray_vectors
             or self.bad_digests
             or self.bad_nodes
+            or self.bad_proxies
         )
 
 
@@ -154,7 +170,7 @@ def check(config: lifecycle.Config, *, repair: bool, digests: bool = False) -> O
         sid = manifest.metadata["source_id"]
         owned = manifest_keys(manifest)[:-1]
         claimed.update(owned)
-        leaves[sid] = leaf_keys(manifest)
+        leaves[sid] = child_keys(manifest)  # its proxies too: one with no source is an orphan
         missing = [k for k in owned if k not in node_names]
         if missing:
             report.missing_nodes[sid] = missing
@@ -169,13 +185,14 @@ def check(config: lifecycle.Config, *, repair: bool, digests: bool = False) -> O
                 report.missing_children[sid] = missing
         if complete:
             report.orphan_children = sorted(children - set(all_leaves))
+    yield from _check_proxies(list(manifests.values()), report)
     damage = yield from ask(CheckChildren())
     if damage is not None:
         report.unindexed_children, report.stray_vectors = sorted(damage.unindexed), damage.stray
     lexical = yield from ask(LexicalKeys())
-    if lexical is not None:
+    if lexical is not None:  # a proxy may be dense only (a generic store's lexical index)
         listed = set(all_leaves)
-        report.lexical_missing = sorted(listed - lexical)
+        report.lexical_missing = sorted(k for k in listed - lexical if not is_proxy_key(k))
         report.lexical_orphans = sorted(lexical - listed)
     if digests:
         yield from _check_digests(config, list(manifests.values()), report)
@@ -201,8 +218,9 @@ def _repair(
     by_id = {m.metadata["source_id"]: m for m in manifests.values()}
     untrusted = set(report.bad_digests)
     unindexed = set(report.unindexed_children)
-    mended = {m.metadata["source_id"] for m in manifests.values() if unindexed & set(leaf_keys(m))}
+    mended = {m.metadata["source_id"] for m in manifests.values() if unindexed & set(child_keys(m))}
     damaged = {*report.missing_nodes, *report.missing_children, *report.bad_nodes, *untrusted}
+    damaged |= set(report.bad_proxies)
     damaged |= mended
     for sid in sorted(damaged):
         manifest = by_id[sid]
@@ -212,11 +230,36 @@ def _repair(
             report.removed.append(sid)
             continue
         source = Document(page_content=doc.page_content, metadata=user_metadata(doc.metadata))
-        yield from lifecycle.add(config, [source], [sid], force=[sid])
+        kept = yield from _kept_proxies(manifest, report.bad_proxies.get(sid, []))
+        yield from lifecycle.add(config, [source], [sid], force=[sid], proxies=[kept])
         report.rebuilt.append(sid)
     if report.lexical_missing or report.lexical_orphans:
         yield from ask(RebuildLexical())
     report.repaired = True
+
+
+def _check_proxies(manifests: list[Document], report: VerifyReport) -> Op[None]:
+    """Every proxy's covers name leaves of its own source's generation (read where readable)."""
+    for start in range(0, len(manifests), _BATCH):
+        batch = [m for m in manifests[start : start + _BATCH] if proxy_keys(m)]
+        keys = [key for m in batch for key in proxy_keys(m)]
+        if not keys:
+            continue
+        read = yield from ask(ReadHits(keys))
+        for manifest in batch:
+            bad = [k for k in proxy_keys(manifest) if k in read and not _covers(manifest, read[k])]
+            if bad:
+                report.bad_proxies[manifest.metadata["source_id"]] = bad
+
+
+def _covers(manifest: Document, hit: Hit) -> bool:
+    """Whether a proxy's hit covers leaves its manifest lists (and its span meets them)."""
+    meta = manifest.metadata
+    level = meta["levels"][0]
+    if hit.covers is None or hit.covers[0] != level or hit.source_key != nodes_key(manifest):
+        return False
+    _, first, last = hit.covers
+    return 0 <= first <= last < int(meta["counts"][level]) and hit.start < hit.end
 
 
 def _check_digests(
@@ -234,8 +277,10 @@ def _check_digests(
                 continue
         keys = [key for m in batch for key in node_keys(m)]
         fetched = dict(zip(keys, (yield from ask(Fetch(keys))), strict=True)) if keys else {}
+        wanted = [key for m in batch for key in proxy_keys(m)]
+        proxies = (yield from ask(ReadHits(wanted))) if wanted else {}
         for one in batch:
-            _check_digest(config, fingerprint, one, fetched, report)
+            _check_digest(config, fingerprint, one, fetched, proxies, report)
         batch, size = [], 0
 
 
@@ -244,6 +289,7 @@ def _check_digest(
     fingerprint: str,
     manifest: Document,
     fetched: dict[str, Document | None],
+    proxies: dict[str, Hit],
     report: VerifyReport,
 ) -> None:
     sid = manifest.metadata["source_id"]
@@ -257,12 +303,36 @@ def _check_digest(
         report.bad_digests.append(sid)
         return
     prepared = prepare(source, config.levels, generation_of(manifest), config.headers)
+    stored = [proxies.get(key) for key in proxy_keys(manifest)]
+    if all(hit is not None and hit.proxy is not None for hit in stored):
+        given = [_proxy(hit) for hit in stored if hit is not None]
+        prepared = with_proxies(prepared, given, given[: digested_proxies(manifest)])
+    else:  # unreadable here, or missing (reported as such): the rest is compared
+        prepared.manifest.metadata.update(
+            {k: v for k, v in manifest.metadata.items() if k in _PROXY_FIELDS}
+        )
     if prepared.manifest.metadata != manifest.metadata:
         report.bad_digests.append(sid)
         return
     differ = [k for k, node in prepared.nodes if _differs(fetched.get(k), node)]
     if differ:
         report.bad_nodes[sid] = differ
+
+
+_PROXY_FIELDS = ("digest", "proxies", "digested_proxies")
+
+
+def _proxy(hit: Hit) -> Proxy:
+    """The proxy a proxy's stored row holds."""
+    kind = hit.proxy[1] if hit.proxy is not None else "user"
+    return Proxy(hit.text, hit.start, hit.end, kind)
+
+
+def _kept_proxies(manifest: Document, bad: list[str]) -> Op[list[Proxy]]:
+    """A source's own (digested) proxies that can be read and are sound, to write it again."""
+    keys = proxy_keys(manifest)[: digested_proxies(manifest)]
+    read = (yield from ask(ReadHits(keys))) if keys else {}
+    return [_proxy(read[k]) for k in keys if k in read and k not in bad]
 
 
 def _differs(stored: Document | None, node: Document) -> bool:
@@ -292,4 +362,9 @@ def _readable(key: str, manifest: Document) -> bool:
         and isinstance(counts, dict)
         and set(counts) == set(levels)
         and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())
+        and all(_count(meta.get(name, 0)) for name in ("proxies", "digested_proxies"))
     )
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -46,6 +46,10 @@ text holds it.
 
 A fourth machine (``HeadersLifecycleMachine``, at the end) writes Markdown
 sources with contextual headers on and a context model, under every fault.
+A fifth (``ProxyLifecycleMachine``) gives every node that holds a source's
+marker a proxy (issue 35): the proxies are written, undone and removed with
+their source's leaves under every fault, and each live proxy row must point
+at the leaves of its source's current generation that its span meets.
 
 CI (``CI=true``) runs 90 sequences of 12 steps for each machine.
 """
@@ -80,10 +84,10 @@ from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.headers import embedded_text
-from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key
+from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key, proxy_keys
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
-from langchain_s2b.core.tree import DOC_LEVEL, user_metadata
+from langchain_s2b.core.tree import DOC_LEVEL, Node, user_metadata
 from langchain_s2b.store.lexical.lexical_index import analyze
 from langchain_s2b.store.nodes.node_store import NodeStore
 
@@ -100,11 +104,13 @@ SOURCES = ["a", "b/c", "x|y ü", "d"]
 """Source ids, some needing the key encoding; ``MARKERS[i]`` appears only in source ``i``."""
 MARKERS = ["markalpha", "markbeta", "markgamma", "markdelta"]
 VOCAB = ["river", "stone", "light", "cloud", "field", "maple", "ocean", "tower"]
+PROXY_WORDS = ["proxytwo", "proxyfour", "proxyfive", "proxysix"]
+"""``PROXY_WORDS[i]``: the text of the proxies of the nodes holding ``MARKERS[i]``."""
 
 
 def _buckets_are_distinct() -> None:
     """Every word lands in its own embedding bucket, so a marker query finds only its source."""
-    words = [*MARKERS, *VOCAB]
+    words = [*MARKERS, *VOCAB, *PROXY_WORDS]
     buckets = {zlib.crc32(w.encode()) % DIM for w in words}
     assert len(buckets) == len(words), "pick other words: two share a bucket"
 
@@ -252,9 +258,17 @@ CANCEL_AFTER = 0.05
 """Seconds before a cancelled write's caller gives up; the slow write takes 10x that."""
 
 
+def marker_proxies(document: Document, node: Node) -> list[str]:
+    """A proxy for every node (any level) that holds a marker: its proxy word."""
+    text = document.page_content[node.start : node.end]
+    return [PROXY_WORDS[i] for i, marker in enumerate(MARKERS) if marker in text]
+
+
 class LifecycleMachine(RuleBasedStateMachine):
     """The retriever against a dict of what was last written successfully."""
 
+    proxies: Any = None
+    """The retrievers' ``node_proxies`` (``None``: no proxy)."""
     factory = "Flat"
     search_params: str | None = None
     exact = True
@@ -280,7 +294,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         if mode == "parent":
             extra = {"child_splitter": size_splitter(6), "parent_splitter": section_splitter(20)}
         self.retriever = SmallToBigRetriever(
-            vectorstore=index, docstore=self.store, mode=mode, window_size=1, **extra
+            vectorstore=index,
+            docstore=self.store,
+            mode=mode,
+            window_size=1,
+            node_proxies=self.proxies,
+            **extra,
         )
         self._share()
 
@@ -288,7 +307,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         """A second retriever over the same child index and docstore."""
         r = self.retriever
         self.reader = SmallToBigRetriever(
-            vectorstore=r.vectorstore, docstore=r.docstore, levels=r._levels, mode=r.mode
+            vectorstore=r.vectorstore,
+            docstore=r.docstore,
+            levels=r._levels,
+            mode=r.mode,
+            node_proxies=self.proxies,
         )
 
     def _index(self) -> FaissIndex:
@@ -535,14 +558,16 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(name=saved)
     def load(self, name: str) -> None:
         if self.node_store:  # the default: the save's own columns, opened as they are
-            self.retriever = SmallToBigRetriever.load(self.root / name, self.embedding)
+            self.retriever = SmallToBigRetriever.load(
+                self.root / name, self.embedding, node_proxies=self.proxies
+            )
             assert type(self.retriever.docstore) is NodeStore
             self.retriever.docstore.__class__ = FaultyNodeStore  # the same object, faults armable
             self.store = self.retriever.docstore  # type: ignore[assignment]
         else:
             self.store = FaultyStore()
             self.retriever = SmallToBigRetriever.load(
-                self.root / name, self.embedding, docstore=self.store
+                self.root / name, self.embedding, docstore=self.store, node_proxies=self.proxies
             )
         self._share()
         self.model = dict(self.saves[name])
@@ -583,17 +608,59 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert user_metadata(node.metadata) == meta
         index = self._index()
         leaves = [k for m in manifests.values() for k in leaf_keys(m)]
-        assert sorted(index.keys()) == sorted(leaves)
+        proxies = {k for m in manifests.values() for k in proxy_keys(m)}
+        assert sorted(index.keys()) == sorted([*leaves, *proxies])
         stored = {d.id: d.page_content for d in r.docstore.mget(leaves) if d is not None}
         assert {d.id: d.page_content for d in index.get_by_ids(leaves)} == stored
         built = index.built_lexical()
         if built is not None:  # the lexical index holds exactly the live leaves, as stored
-            assert built.keys() == set(stored)
+            assert built.keys() == set(stored) | proxies
             for word in [*VOCAB, *MARKERS]:  # each word finds exactly the leaves that hold it
-                found = {key for key, _ in built.search(word, len(stored) + 1)}
+                found = {key for key, _ in built.search(word, len(stored) + len(proxies) + 1)}
                 assert found == {k for k, text in stored.items() if word in analyze(text)}, word
             if built.documents:
-                assert dict(built.items()) == stored
+                assert {k: v for k, v in built.items() if k not in proxies} == stored
+        for sid, manifest in manifests.items():
+            self._proxies_point_at_their_leaves(manifest, self.model[sid][0])
+
+    def _proxies_point_at_their_leaves(self, manifest: Document, text: str) -> None:
+        """Each proxy row: its source's generation, a node's span, the leaves that span meets."""
+        index = self._index()
+        meta = manifest.metadata
+        level = meta["levels"][0]
+        base = nodes_key(manifest)
+        names = [node_key(base, level, i) for i in range(meta["counts"][level])]
+        spans = [
+            (d.metadata["start"], d.metadata["end"])
+            for d in self.retriever.docstore.mget(names)
+            if d
+        ]
+        keys = proxy_keys(manifest)
+        rows = index.rows_of(keys)
+        assert all(row >= 0 for row in rows)
+        expected = []  # brute force: every node of every level that holds a marker, coarsest first
+        for name in reversed(meta["levels"]):
+            nodes = self.retriever.docstore.mget(
+                [node_key(base, name, i) for i in range(meta["counts"][name])]
+            )
+            for node in nodes:
+                assert node is not None
+                a, b = node.metadata["start"], node.metadata["end"]
+                expected += [
+                    (w, a, b) for i, w in enumerate(PROXY_WORDS) if MARKERS[i] in text[a:b]
+                ]
+        if self.proxies is None:
+            expected = []
+        got = []
+        for key, found in zip(keys, index.records(rows), strict=True):
+            assert found is not None
+            name, proxy_text, m = found
+            assert name == key
+            assert m["source_key"] == base
+            met = [i for i, (a, b) in enumerate(spans) if a < m["end"] and m["start"] < b]
+            assert m["covers"] == [level, met[0], met[-1]]
+            got.append((proxy_text, m["start"], m["end"]))
+        assert got == expected
 
     @invariant()
     def the_child_index_parts_agree(self) -> None:
@@ -656,6 +723,13 @@ class LifecycleMachine(RuleBasedStateMachine):
                         else:
                             assert doc in plain
                     found += told + capped
+                if self.proxies is not None and sid in self.model and self.exact:
+                    through = [d for d in r.invoke(PROXY_WORDS[i], k=2) if d.metadata["score"] > 0]
+                    assert {d.metadata["source_id"] for d in through} == {sid}
+                    for doc in through:
+                        (proxy,) = {m["proxy"]["text"] for m in doc.metadata["matches"]}
+                        assert proxy == PROXY_WORDS[i]
+                    found += through
                 for doc in found + budgeted + r.invoke(query, k=4):
                     got = doc.metadata["source_id"]
                     assert got in self.model
@@ -677,6 +751,12 @@ class NodeStoreLifecycleMachine(LifecycleMachine):
     node_store = True
 
 
+class ProxyLifecycleMachine(LifecycleMachine):
+    """The same machine, every node holding a marker given a proxy (issue 35)."""
+
+    proxies = staticmethod(marker_proxies)
+
+
 MACHINE_SETTINGS = settings(
     max_examples=SEQUENCES,
     stateful_step_count=STEPS,
@@ -690,6 +770,8 @@ TestHnswLifecycle = HnswLifecycleMachine.TestCase
 TestHnswLifecycle.settings = MACHINE_SETTINGS
 TestNodeStoreLifecycle = NodeStoreLifecycleMachine.TestCase
 TestNodeStoreLifecycle.settings = MACHINE_SETTINGS
+TestProxyLifecycle = ProxyLifecycleMachine.TestCase
+TestProxyLifecycle.settings = MACHINE_SETTINGS
 
 
 # Contextual headers and a context model (issue 29) ---------------------------------------

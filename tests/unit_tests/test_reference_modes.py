@@ -41,6 +41,7 @@ from langchain_text_splitters import CharacterTextSplitter, RecursiveCharacterTe
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.keys import node_key
+from langchain_s2b.core.proxies import Proxy
 from langchain_s2b.core.tree import Level
 
 from .. import reference as ref
@@ -331,6 +332,8 @@ class Case:
     opts: dict[str, Any]
     filter_no: int
     headers: bool = False
+    proxies: list[list[tuple[str, int, int]]] | None = None
+    """Each source's proxies ``(text, start, end)`` (``None``: none given)."""
 
 
 def run(case: Case) -> None:
@@ -340,9 +343,13 @@ def run(case: Case) -> None:
     retriever = SmallToBigRetriever(
         vectorstore=store, levels=lib_levels, mode=case.mode, contextual_headers=case.headers
     )
+    given = None
+    if case.proxies is not None:
+        given = [[Proxy(*p) for p in per_doc] for per_doc in case.proxies]
     retriever.add_documents(
         [Document(page_content=text, metadata=meta) for _, text, meta in case.docs],
         ids=[sid for sid, _, _ in case.docs],
+        proxies=given,
     )
     sources = [ref.build(sid, text, meta, ref_levels) for sid, text, meta in case.docs]
     leaf_level = ref_levels[0][0]
@@ -350,6 +357,11 @@ def run(case: Case) -> None:
         for source in sources:
             ref.add_headers(source, leaf_level)
     nodes = {n.key: n for s in sources for n in ref.leaves(s, leaf_level)}
+    for source, per_doc in zip(sources, case.proxies or [[] for _ in sources], strict=True):
+        for text, start, end in per_doc if source.text.strip() else []:
+            proxy = ref.add_proxy(source, leaf_level, text, start, end)
+            nodes[proxy.key] = proxy
+            event("a proxy")
     flt, keep = FILTERS[case.filter_no]
 
     raw: dict[int, list[list[tuple[str, float]]]] = defaultdict(list)
@@ -403,7 +415,7 @@ def run(case: Case) -> None:
             cosines = dict(stored_scores(store, vector))
         lexical = ref.Lexical(
             case.query,
-            list(nodes.values()),
+            [n for n in nodes.values() if n.proxy is None],
             lambda node: keep(node.source.metadata),
             lambda node: cosines[node.key],
             ref.embedded,
@@ -442,6 +454,8 @@ def run(case: Case) -> None:
         event("multilevel climbed to a section or the document")
     if case.mode == "multilevel" and len({d.metadata.get("context") for d in want}) < len(want):
         event("a context in several parts")
+    if any("proxy" in m for d in want for m in d.metadata["matches"]):
+        event("a match through a proxy")
     if not want:
         reason = "the filter matches nothing" if not any(map(keep_any, [case])) else "other"
         event(f"no results: {reason}")
@@ -548,8 +562,37 @@ def record_searches(
 
 
 @st.composite
-def cases(draw: st.DrawFn, mode: str, headers: bool = False) -> Case:
+def proxies_of(draw: st.DrawFn, docs: list[tuple[str, str, dict[str, Any]]]) -> Any:
+    """Up to three proxies per source with text: topic words standing for a span of it."""
+    out = []
+    for _, text, _ in docs:
+        mine = []
+        for _ in range(draw(st.integers(0, 3)) if text.strip() else 0):
+            start = draw(st.integers(0, len(text) - 1))
+            end = draw(st.integers(start + 1, len(text)))
+            mine.append((draw(queries), start, end))
+        out.append(mine)
+    return out
+
+
+@st.composite
+def cases(draw: st.DrawFn, mode: str, headers: bool = False, proxies: bool = False) -> Case:
     indexes = [i for i in INDEXES if i != "inmemory"] if headers else INDEXES
+    if proxies:  # hybrid search with proxies is not stated by the reference
+        docs = draw(corpus(headers))
+        return Case(
+            mode,
+            draw(st.sampled_from(sorted(EMBEDDINGS))),
+            docs,
+            draw(leaf_splitter()),
+            draw(st.sampled_from(indexes)),
+            draw(st.integers(8, 24)),
+            draw(queries),
+            {**draw(options()), "hybrid": False},
+            draw(st.one_of(st.just(0), st.integers(0, len(FILTERS) - 1))),
+            headers,
+            draw(proxies_of(docs)),
+        )
     return Case(
         mode,
         draw(st.sampled_from(sorted(EMBEDDINGS))),
@@ -601,4 +644,29 @@ def test_multilevel_mode_with_headers_equals_the_reference(case: Case) -> None:
 
 @given(case=cases("pack", headers=True))
 def test_pack_mode_with_headers_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("parent", proxies=True))
+def test_parent_mode_with_proxies_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("window", proxies=True))
+def test_window_mode_with_proxies_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("multilevel", proxies=True))
+def test_multilevel_mode_with_proxies_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("pack", proxies=True))
+def test_pack_mode_with_proxies_equals_the_reference(case: Case) -> None:
+    run(case)
+
+
+@given(case=cases("window", headers=True, proxies=True))
+def test_window_mode_with_headers_and_proxies_equals_the_reference(case: Case) -> None:
     run(case)

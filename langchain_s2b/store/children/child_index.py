@@ -38,7 +38,7 @@ from langchain_s2b.core.hits import (
     hit_from_child,
     hit_from_metadata,
 )
-from langchain_s2b.core.keys import parse_node_key
+from langchain_s2b.core.keys import is_proxy_key, parse_node_key
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.children.child_base import _float_lists
 from langchain_s2b.store.children.child_writes import ChildWrites
@@ -134,11 +134,18 @@ class ChildIndex(ChildWrites):
         """See :class:`ReadHits`: these children as hits (score 0), by key; gone ones left out.
 
         Only ``FaissIndex`` answers a search with unread hits; any other
-        store's hits come read, so it is never asked.
+        store's hits come read, and it is asked only for the leaves a proxy's hit
+        stands for (read by ``get_by_ids``, where the store has it).
         """
         index = self.faiss
-        if index is None or not keys:
+        if not keys:
             return {}
+        if index is None:
+            try:
+                found = self.vectorstore.get_by_ids(keys)
+            except NotImplementedError:
+                return {}
+            return _wanted(keys, [hit_from_child(doc, 0.0) for doc in found])
         rows = [row for row in index.rows_of(keys) if row >= 0]
         new = tuple.__new__
         hits = [
@@ -371,7 +378,8 @@ def _faiss_hits(
     rows_list = rows.tolist()
     filled = len(rows_list) - rows_list.count(-1)
     if flt is None:  # unread, by node key (issue 34); a row under a key of its own is read now
-        keys = index.node_keys(rows_list)
+        # and so is a proxy's (its covers are read from it: issue 35)
+        keys = [k if k is None or not is_proxy_key(k) else None for k in index.node_keys(rows_list)]
         own = [row for row, key in zip(rows_list, keys, strict=True) if key is None and row >= 0]
         templates = dict(zip(own, index.parsed(own, _hit_template), strict=True))
         new = tuple.__new__

@@ -47,6 +47,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
+from langchain_s2b.core.keys import is_proxy_key
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.base import all_or_nothing, undone
 from langchain_s2b.store.children.child_index import ChildIndex
@@ -282,4 +283,13 @@ def _new_shared(vectorstore: VectorStore) -> _Shared:
 
 
 def _entries(leaves: list[Document]) -> list[Entry]:
-    return [(str(leaf.id), leaf.page_content, leaf.metadata) for leaf in leaves]
+    """The leaves' lexical entries, proxies left out.
+
+    This index is filled again from the docstore's leaves in every process, and
+    the docstore holds no proxy: with such a store, proxies are searched densely only.
+    """
+    return [
+        (str(leaf.id), leaf.page_content, leaf.metadata)
+        for leaf in leaves
+        if not is_proxy_key(str(leaf.id))
+    ]
