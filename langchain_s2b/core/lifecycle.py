@@ -42,6 +42,7 @@ from langchain_s2b.core.ingest import (
     prepare,
 )
 from langchain_s2b.core.keys import encode_source_key, manifest_key
+from langchain_s2b.core.proxies import Proxy
 from langchain_s2b.core.requests import (
     AddLeaves,
     EmbedLeaves,
@@ -55,7 +56,7 @@ from langchain_s2b.core.requests import (
 )
 from langchain_s2b.core.situate import PROMPT_VERSION, Piece, leaf_contexts, pieces
 from langchain_s2b.core.splitters import describe_splitter
-from langchain_s2b.core.tree import Level
+from langchain_s2b.core.tree import Level, Tree
 
 Vectors = list[list[float]]
 _T = TypeVar("_T")
@@ -76,6 +77,7 @@ class Config:
     """Each leaf's contextual header: off, the title and section path, or a callable's."""
     context_model: str | None = None
     """The name of the chat model that writes the leaves' contexts (``None``: none)."""
+    write_proxies: Callable[[list[Document], list[Tree]], Op[list[list[Proxy]]]] | None = None
 
     def fingerprint(self) -> str:
         """Identifies the split configuration: every level's name and whole splitter setup.
