@@ -156,3 +156,17 @@ class TestSaves:
         (snapshot / "s2b.json").write_text(json.dumps(config))
         with pytest.raises(ValueError, match=r"embedded proxies must be \{kind: a name, model: a"):
             SmallToBigRetriever.load(tmp_path / "idx", Recording())
+
+
+class TestFingerprint:
+    def test_the_setting_is_in_the_fingerprint(self) -> None:
+        plain = _retriever()._lifecycle_config()
+        assert plain.embedded_setting() == {"headers": "sections"}
+        config = _retriever(proxies="questions", proxy_model=Proposing())._lifecycle_config()
+        assert config.embedded_setting() == {
+            "headers": "sections",
+            "proxies": {"kind": "questions", "model": "Proposing", "prompt": "questions-1"},
+        }
+        other = _retriever(proxies="summaries", proxy_model=Proposing())._lifecycle_config()
+        prints = {plain.fingerprint(), config.fingerprint(), other.fingerprint()}
+        assert len(prints) == 3
