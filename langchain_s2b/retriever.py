@@ -223,6 +223,8 @@ class SmallToBigRetriever(BaseRetriever):
     names a store's model by its ``provider:model``, also where it makes no model)."""
     _proxy_name: str | None = PrivateAttr(default=None)
     """The name the proxies were written under, when not the model's own (as above)."""
+    _proxy_kind: str | None = PrivateAttr(default=None)
+    """The proxies' kind when no model is made (the command line's readers: as above)."""
     _defaults: tuple[tuple[Any, ...], QueryParams] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
@@ -395,12 +397,11 @@ class SmallToBigRetriever(BaseRetriever):
 
     def _proxy_setting(self) -> dict[str, str] | None:
         """The model-written proxies' kind and model name (cache keys, saves)."""
-        if self.proxies is None or (self.proxy_model is None and self._proxy_name is None):
-            return None
+        kind = self.proxies or self._proxy_kind
         name = self._proxy_name
         if name is None and self.proxy_model is not None:
             name = model_name(self.proxy_model)
-        return {"kind": self.proxies, "model": str(name)}
+        return None if kind is None or name is None else {"kind": kind, "model": name}
 
     def _write_proxies(self) -> WrittenProxies | None:
         """The lifecycle's ``write_proxies`` hook (``None``: no model-written proxies)."""

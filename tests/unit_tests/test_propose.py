@@ -106,13 +106,13 @@ class Proposing(BaseChatModel):
         if self.fail_on is not None and self.fail_on in passage:
             msg = f"the provider refused {passage[:20]!r}"
             raise RuntimeError(msg)
-        if "propositions" in prompt:
+        if "Decompose the passage" in prompt:
             lines = []
             for line in passage.splitlines():
                 number, _, sentence = line.partition("] ")
                 lines.append(f"{number}] P: {' '.join(sentence.split()[:2])}")
             answer = "\n".join([*lines, "[0,99] bad", "", "  "])
-        elif "questions" in prompt:
+        elif "questions that the passage answers" in prompt:
             first = passage.split()[0]
             answer = f"1. What about {first}?\n\n- Why {first}?"
         else:
