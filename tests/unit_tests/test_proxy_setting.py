@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,20 @@ class TestFields:
         ]
         assert model.calls == 3
         assert len(list(cache.yield_keys())) == 3
+
+    def test_the_async_runner_answers_the_request(self) -> None:
+        model = Proposing()
+        retriever = _retriever(proxies="questions", proxy_model=model)
+        hook = retriever._lifecycle_config().write_proxies
+        assert hook is not None
+        doc = Document(page_content=TEXT)
+        out = asyncio.run(retriever._io.adrive(hook([doc], [_tree()]), locked=False))
+        assert out[0][:2] == [
+            Proxy("What about #?", 0, 11, "question"),
+            Proxy("Why #?", 0, 11, "question"),
+        ]
+        assert len(out[0]) == 12
+        assert model.calls == 6
 
     def test_a_copy_with_another_model_writes_with_it(self) -> None:
         retriever = _retriever(proxies="questions", proxy_model=Proposing())
