@@ -142,20 +142,37 @@ class ProxyPiece:
     """The spans of the piece's leaves, in order (numbered from 1 in a proposition prompt)."""
 
     def prompt(self) -> str:
-        """The prompt that asks for this piece's proxies."""
+        """The prompt that asks for this piece's proxies.
+
+        A piece longer than :data:`~langchain_s2b.core.situate.DOCUMENT_CHARS`
+        (a long section, a document without sections) is shown as its first
+        ``DOCUMENT_CHARS`` characters (its first sentences, numbered), alone.
+        """
         text = self.document
-        lo, hi = window(len(text), self.start, self.end)
-        shown = "" if (lo, hi) == (self.start, self.end) else _DOCUMENT.format(document=text[lo:hi])
+        whole = (self.start, self.end) == (0, len(text))
+        shown = ""
+        if not whole and self.end - self.start <= DOCUMENT_CHARS:
+            lo, hi = window(len(text), self.start, self.end)
+            shown = _DOCUMENT.format(document=text[lo:hi])
         if self.kind == "propositions":
             passage = "\n".join(
-                f"[{i}] {' '.join(text[s:e].split())}" for i, (s, e) in enumerate(self.sentences, 1)
+                f"[{i}] {' '.join(text[s:e].split())}"
+                for i, (s, e) in enumerate(self.numbered(), 1)
             )
         else:
-            passage = text[self.start : self.end].strip()
-        what = "a section of the document" if shown else "the document"
+            passage = text[self.start : min(self.end, self.start + DOCUMENT_CHARS)].strip()
+        what = "the document" if whole else "a section of the document"
         return PROMPTS[self.kind].format(
             document=shown, passage=passage, count=QUESTIONS, what=what
         )
+
+    def numbered(self) -> tuple[tuple[int, int], ...]:
+        """The sentences a proposition prompt numbers (the first ``DOCUMENT_CHARS`` characters).
+
+        Those that start in the piece's first ``DOCUMENT_CHARS`` characters; the first, always.
+        """
+        limit = self.start + DOCUMENT_CHARS
+        return self.sentences[:1] + tuple(s for s in self.sentences[1:] if s[0] < limit)
 
 
 def unit_level(tree: Tree, kind: str) -> int:
@@ -238,7 +255,7 @@ def _cited(piece: ProxyPiece, line: str) -> tuple[str, int, int]:
     found = _CITED.match(line)
     if found is None:
         return line, piece.start, piece.end
-    numbers = _numbers(found.group(1), len(piece.sentences))
+    numbers = _numbers(found.group(1), len(piece.numbered()))
     text = found.group(2).strip()
     if not numbers:
         return text, piece.start, piece.end

@@ -464,3 +464,27 @@ class TestHook:
             "summaries": "summary",
             "questions": "question",
         }
+
+
+class TestLongPieces:
+    def test_a_piece_longer_than_the_window_is_shown_as_its_beginning_alone(self) -> None:
+        sentence = "Filler words stand here. "  # 25 characters
+        text = sentence * 1400 + "\n"  # 35,001 characters, one paragraph, one section
+        tree = _tree(text, mode="parent", key="L")
+        (summary,) = pieces("L", text, tree, "summaries", "M")
+        assert (summary.start, summary.end) == (0, len(text))
+        assert summary.prompt() == PROMPTS["summaries"].format(
+            document="", what="the document", passage=text[:DOCUMENT_CHARS].strip()
+        )
+        spans = tuple((i * 25, (i + 1) * 25) for i in range(1400))
+        paragraph = ProxyPiece("k", "L", "propositions", text, 0, len(text), spans)
+        assert len(paragraph.numbered()) == DOCUMENT_CHARS // 25 == 1280
+        prompt = paragraph.prompt()
+        assert "<document>" not in prompt
+        assert "[1280] Filler words stand here.\n</passage>" in prompt
+        assert "[1281]" not in prompt
+        cited = parse(paragraph, "[1280] Last.\n[1281] Unseen.")
+        assert cited == [
+            Proxy("Last.", 1279 * 25, 1280 * 25, "proposition"),
+            Proxy("Unseen.", 0, len(text), "proposition"),
+        ]
