@@ -21,8 +21,6 @@ PARAGRAPHS = 8 + 1
 SECTIONS = 4 + 1
 """guide.md: 4 sections; faq.txt: 1."""
 
-__all__ = ["FAQ", "GUIDE"]
-
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
