@@ -73,8 +73,9 @@ def other_questions(
     """The ``giving`` questions as ``"question"`` proxies on the sentences holding their evidence.
 
     One proxy per evidence span, over the sentences from the one where it
-    starts to the one where it ends. A question of ``evaluated`` is refused
-    (``ValueError``): it would find its own text.
+    starts to the one where it ends (spans in the same sentences, as several
+    annotators' answers often are, give one). A question of ``evaluated`` is
+    refused (``ValueError``): it would find its own text.
     """
     refused = {q.id for q in evaluated} & {q.id for q in giving}
     if refused:
@@ -85,14 +86,14 @@ def other_questions(
         by_doc.setdefault(question.doc_id, []).append(question)
     out: list[list[Proxy]] = []
     for document in documents:
-        mine = []
+        mine: dict[Proxy, None] = {}
         leaves = _tree(document).leaves
         for question in by_doc.get(str(document.id), []):
             for start, end in question.evidence:
                 first = _leaf_at(leaves, start)
                 last = _leaf_at(leaves, max(start, end - 1))
-                mine.append(Proxy(question.question, first.start, last.end, "question"))
-        out.append(mine)
+                mine[Proxy(question.question, first.start, last.end, "question")] = None
+        out.append(list(mine))
     return out
 
 

@@ -10,7 +10,12 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.proxies import Proxy
 from langchain_s2b.evaluation.data import Question, load_questions
-from langchain_s2b.evaluation.proxy_sets import first_sentences, other_questions, split_questions
+from langchain_s2b.evaluation.proxy_sets import (
+    _tree,
+    first_sentences,
+    other_questions,
+    split_questions,
+)
 
 TEXT = "Alpha one. Alpha two.\n\nBeta only.\n\nGamma one. Gamma two. Gamma three.\n"
 # sentences (0,11) (11,23) (23,35) (35,46) (46,57) (57,70); paragraphs (0,23) (23,35) (35,70)
@@ -42,7 +47,7 @@ class TestOtherQuestions:
         giving = [
             _q("1", "a", (40, 44)),  # inside "Gamma one."
             _q("2", "a", (15, 40)),  # "Alpha two." to "Gamma one."
-            _q("3", "b", (46, 57), (0, 3)),  # two spans: two proxies
+            _q("3", "b", (46, 57), (0, 3), (48, 50)),  # two sentences: two proxies
             _q("4", "c", (0, 3)),  # another article: none here
             _q("5", "a", (22, 23)),  # the last character of a sentence
         ]
@@ -71,7 +76,19 @@ class TestOtherQuestions:
         proxies = other_questions(docs, giving, evaluated)
         texts = {p.text for mine in proxies for p in mine}
         assert not texts & {q.question for q in evaluated} - {q.question for q in giving}
-        assert sum(map(len, proxies)) == sum(len(q.evidence) for q in giving)
+        expected = set()  # brute force: the sentences holding each span, by a linear scan
+        for doc in docs:
+            leaves = _tree(doc).leaves
+            for q in giving:
+                if q.doc_id != doc.id:
+                    continue
+                for start, end in q.evidence:
+                    held = [lf for lf in leaves if lf.start < end and start < lf.end]
+                    expected.add((doc.id, q.question, held[0].start, held[-1].end))
+        pairs = zip(docs, proxies, strict=True)
+        got = {(d.id, p.text, p.start, p.end) for d, mine in pairs for p in mine}
+        assert got == expected
+        assert sum(map(len, proxies)) == len(expected) == 1063  # of 996 questions
         for doc, mine in zip(docs, proxies, strict=True):
             for proxy in mine:  # every span is a run of whole sentences of its document
                 assert 0 <= proxy.start < proxy.end <= len(doc.page_content)
