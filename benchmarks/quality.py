@@ -18,8 +18,16 @@ Hit rate can not see waste (more text never lowers it), so every rule and
 budget also reports the tokens returned, evidence recall and evidence
 precision (the share of returned characters inside gold evidence).
 
+``--proxies first-sentence|other-questions`` adds rows named ``proxies``: the
+same configuration over an index that also holds user-given proxies made
+without a model (:mod:`langchain_s2b.evaluation.proxy_sets`): each
+paragraph's first sentence as a summary of the paragraph, or the questions of
+the other half of each article's questions on the sentences of their evidence
+(then only the evaluated half is asked, by every row). The cost is printed
+too: vectors per source and the size of a saved snapshot, with and without.
+
     python benchmarks/quality.py [--questions N] [--data DIR] [--cache FILE] [--json FILE]
-                                 [--only "ROW;ROW"] [--rules told,...]
+                                 [--only "ROW;ROW"] [--rules told,...] [--proxies SET]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,10 +53,17 @@ from models import (  # benchmarks/models.py (the folder is on sys.path)
     load_model,
 )
 
-from langchain_s2b import SmallToBigRetriever
+from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.budget import approximate_tokens
+from langchain_s2b.core.proxies import Proxy
 from langchain_s2b.evaluation import METRICS, RULES, budget_table, evaluate, load_questions
 from langchain_s2b.evaluation.baselines import MemoEmbeddings
+from langchain_s2b.evaluation.proxy_sets import (
+    PROXY_SETS,
+    first_sentences,
+    other_questions,
+    split_questions,
+)
 from langchain_s2b.evaluation.scoring import whitespace_tokens
 
 BUDGETS = (256, 512, 1024, 2048, 8192)
@@ -104,22 +120,34 @@ def rows(
     documents: list[Document],
     judge: Embeddings | None = None,
     cross_encoder: str | None = None,
+    proxies: list[list[Proxy]] | None = None,
+    built: dict[tuple[str, bool, bool], SmallToBigRetriever] | None = None,
     **options: Any,
 ) -> dict[str, Callable[[], BaseRetriever]]:
     """Every configuration measured, by name (built lazily, sharing the embeddings).
 
     ``judge``: a second model, reranking (rows ``reranked``) when given;
-    ``cross_encoder``: a folder holding a sentence-transformers cross-encoder.
+    ``cross_encoder``: a folder holding a sentence-transformers cross-encoder;
+    ``proxies``: user-given proxies (parallel to ``documents``), rows ``proxies``;
+    ``built``: where the indexes are kept by ``(tree, headers, proxies)``.
     ``options``: retriever options every small-to-big row takes (``margin=``).
     """
-    built: dict[tuple[str, bool], SmallToBigRetriever] = {}
+    built = {} if built is None else built
 
-    def index(mode: str, headers: bool = False) -> SmallToBigRetriever:
-        if (mode, headers) not in built:
-            built[mode, headers] = SmallToBigRetriever.from_documents(
-                documents, emb, mode=mode, contextual_headers=headers, **options
-            )
-        return built[mode, headers]
+    def index(mode: str, headers: bool = False, proxied: bool = False) -> SmallToBigRetriever:
+        if (mode, headers, proxied) not in built:
+            if proxied:
+                retriever = SmallToBigRetriever(
+                    vectorstore=FaissIndex(emb), mode=mode, contextual_headers=headers, **options
+                )
+                retriever.add_documents(documents, proxies=proxies)
+                index(mode, headers)  # its twin without, for the cost (the vectors are cached)
+            else:
+                retriever = SmallToBigRetriever.from_documents(
+                    documents, emb, mode=mode, contextual_headers=headers, **options
+                )
+            built[mode, headers, proxied] = retriever
+        return built[mode, headers, proxied]
 
     def copy(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
         return lambda: index(tree).model_copy(update=fields)
@@ -144,7 +172,19 @@ def rows(
         """The same row over leaves embedded under their title and section path."""
         return lambda: index(tree, headers=True).model_copy(update=fields)
 
+    def proxied(tree: str, **fields: Any) -> Callable[[], BaseRetriever]:
+        """The same row over an index that also holds the user-given ``proxies``."""
+        return lambda: index(tree, proxied=True).model_copy(update=fields)
+
     extra: dict[str, Callable[[], BaseRetriever]] = {}
+    if proxies is not None:
+        extra["window, w = 1, proxies"] = proxied("window", window_size=1)
+        extra["parent (~1,200-token parents), proxies"] = proxied("parent")
+        extra["multilevel, proxies"] = proxied("multilevel")
+        extra["pack, w = 1, proxies"] = proxied("multilevel", mode="pack")
+        extra["CLI tree, parent = section, proxies"] = proxied(
+            "multilevel", mode="parent", parent_level="section"
+        )
     if judge is not None:
         extra["pack, w = 1, reranked children"] = reranked(0)
         extra["pack, w = 1, reranked windows"] = reranked(1)
@@ -200,6 +240,12 @@ def main() -> None:
         "--reranker", choices=MODELS, default=None, help="rerank with this second model too"
     )
     parser.add_argument(
+        "--proxies",
+        choices=PROXY_SETS,
+        default="none",
+        help="rows over an index that also holds user-given proxies made without a model",
+    )
+    parser.add_argument(
         "--cross-encoder",
         default=os.environ.get("S2B_CROSS_ENCODER") or None,
         help="a folder holding a sentence-transformers cross-encoder: a reranked row",
@@ -215,6 +261,12 @@ def main() -> None:
             if row.get("multi")
         }
         questions = [q for q in questions if q.id in multi]
+    proxies: list[list[Proxy]] | None = None
+    if args.proxies == "first-sentence":
+        proxies = first_sentences(documents)
+    elif args.proxies == "other-questions":  # every row asks only the evaluated half
+        questions, giving = split_questions(questions)
+        proxies = other_questions(documents, giving, questions)
     questions = questions[: args.questions]
     counter = whitespace_tokens if args.words else approximate_tokens
     emb = Cached(load_model(args.model))
@@ -229,7 +281,8 @@ def main() -> None:
         judge = Cached(load_model(args.reranker))
         if args.cache:
             judge.load(args.cache.with_name(f"{args.reranker}.npz"))
-    table = rows(emb, documents, judge, args.cross_encoder, **options)
+    built: dict[tuple[str, bool, bool], SmallToBigRetriever] = {}
+    table = rows(emb, documents, judge, args.cross_encoder, proxies, built, **options)
     wanted = list(table) if args.only is None else [n for n in args.only.split(";") if n]
     reports = []
     for name in wanted:
@@ -264,10 +317,32 @@ def main() -> None:
     }
     if args.ladder:
         data["ladder"] = ladder(table["multilevel"](), questions)
+    if proxies is not None:
+        data["proxy cost"] = proxy_cost(built, len(documents), sum(map(len, proxies)))
     total = time.perf_counter() - t0
     print(f"\n{len(questions)} questions, {len(documents)} articles; total {total:.0f}s")
     if args.json:
         args.json.write_text(json.dumps(data, indent=2))
+
+
+def proxy_cost(
+    built: dict[tuple[str, bool, bool], SmallToBigRetriever], sources: int, given: int
+) -> dict[str, dict[str, float]]:
+    """Vectors per source and a saved snapshot's size, each tree with and without proxies."""
+    print(f"\nproxies: {given} given for {sources} sources")
+    print("| index | vectors per source | snapshot size (MB) |\n|---|---:|---:|")
+    out: dict[str, dict[str, float]] = {}
+    for (tree, headers, proxied), retriever in sorted(built.items()):
+        if headers:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            retriever.save(Path(tmp) / "idx")
+            size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
+        name = f"{tree}{', proxies' if proxied else ''}"
+        vectors = len(retriever.vectorstore) if isinstance(retriever.vectorstore, FaissIndex) else 0
+        out[name] = {"vectors_per_source": vectors / sources, "snapshot_bytes": size}
+        print(f"| {name} | {vectors / sources:.1f} | {size / 1e6:.1f} |")
+    return out
 
 
 def ladder(retriever: BaseRetriever, questions: list[Any]) -> dict[str, dict[str, float]]:

@@ -13,7 +13,7 @@ import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 # What LangChain imports on the first invoke of any runnable (its callbacks' tracers, ~20 ms
 # here), imported with the retriever: a retriever's first query costs what any query costs.
@@ -50,6 +50,7 @@ from langchain_s2b.core.batch import lockstep
 from langchain_s2b.core.budget import TokenCounter, approximate_tokens, estimate_tokens
 from langchain_s2b.core.headers import check_headers, default_headers, describe_headers
 from langchain_s2b.core.ingest import IndexingResult
+from langchain_s2b.core.model_proxies import WrittenProxies, written_proxies
 from langchain_s2b.core.params import (
     CONFIDENCE,
     MARGIN,
@@ -68,7 +69,13 @@ from langchain_s2b.core.splitters import default_levels
 from langchain_s2b.core.tree import Level, check_levels
 from langchain_s2b.embeddings import query_window
 from langchain_s2b.store.children import ChildIndex, DenseChildIndex, HybridChildIndex
-from langchain_s2b.store.nodes import ContextWriter, DocumentCodecStore, NodeStore, model_name
+from langchain_s2b.store.nodes import (
+    ContextWriter,
+    DocumentCodecStore,
+    NodeStore,
+    model_name,
+    proxy_writer,
+)
 from langchain_s2b.store.runner import Runner
 from langchain_s2b.store.snapshots import persist
 from langchain_s2b.store.vectors import FaissIndex
@@ -79,6 +86,7 @@ _NOT_SAVED = frozenset(
     | {"callbacks", "token_counter", "context_cache", "reranker"}
     | {"contextual_headers", "context_model"}  # saved as what is embedded: persist.embedded
     | {"node_proxies"}  # a callable: its proxies are saved as children
+    | {"proxies", "proxy_model"}
 )
 
 
@@ -108,6 +116,9 @@ class SmallToBigRetriever(BaseRetriever):
             default), as measured; a callable ``(document, leaf) -> str`` writes its own.
         context_model: a chat model that writes a context for each paragraph,
             embedded and searched with its children (Anthropic's contextual retrieval).
+        proxies, proxy_model: a chat model that writes ``"propositions"`` (Dense X,
+            per paragraph), ``"summaries"`` (per section) or ``"questions"`` (per
+            paragraph), searched in place of the spans they stand for.
         score_threshold: a floor on the cosine (``None``: off); results whose best
             hit scores below it are not returned, so an answer may be empty.
 
@@ -199,10 +210,15 @@ class SmallToBigRetriever(BaseRetriever):
     context_model: BaseChatModel | None = None
     """A chat model that writes a context for each paragraph, embedded with its sentences."""
     context_cache: BaseStore[str, bytes] | None = None
-    """Where the model's contexts are kept by digest (default: in memory, this retriever's)."""
+    """Where the model's contexts (and proxies) are kept by digest (default: in memory)."""
     node_proxies: NodeProxies | None = None
     """The user's proxies by node, on every add: ``(document, node) -> texts`` standing for
     the node's span, called for every node of every level (README, Proxies)."""
+    proxies: Literal["propositions", "summaries", "questions"] | None = None
+    """Model-written proxies (issue 35): ``"propositions"`` per paragraph (Dense X),
+    ``"summaries"`` per section or ``"questions"`` per paragraph; needs ``proxy_model``."""
+    proxy_model: BaseChatModel | None = None
+    """The chat model that writes the ``proxies`` (cached by digest in ``context_cache``)."""
 
     _levels: list[Level] = PrivateAttr(default_factory=list)
     _io: Runner = PrivateAttr()
@@ -210,6 +226,10 @@ class SmallToBigRetriever(BaseRetriever):
     _context_name: str | None = PrivateAttr(default=None)
     """The name the contexts were written under, when not the model's own (the command line
     names a store's model by its ``provider:model``, also where it makes no model)."""
+    _proxy_name: str | None = PrivateAttr(default=None)
+    """The name the proxies were written under, when not the model's own (as above)."""
+    _proxy_kind: str | None = PrivateAttr(default=None)
+    """The proxies' kind when no model is made (the command line's readers: as above)."""
     _defaults: tuple[tuple[Any, ...], QueryParams] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
@@ -255,11 +275,13 @@ class SmallToBigRetriever(BaseRetriever):
         index: ChildIndex = (
             HybridChildIndex(self.vectorstore) if self.hybrid else DenseChildIndex(self.vectorstore)
         )
+        _check_proxies(self.proxies, self.proxy_model)
+        cache = self.context_cache if self.context_cache is not None else self._contexts
         contexts = None
         if self.context_model is not None:
-            cache = self.context_cache if self.context_cache is not None else self._contexts
             contexts = ContextWriter(self.context_model, cache)
-        self._io = Runner(index, self.docstore, contexts)
+        proxies = None if self.proxy_model is None else proxy_writer(self.proxy_model, cache)
+        self._io = Runner(index, self.docstore, contexts, proxies)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy with ``update`` applied; it uses exactly the stores it names.
@@ -381,6 +403,7 @@ class SmallToBigRetriever(BaseRetriever):
             headers=False if self.contextual_headers is None else self.contextual_headers,
             context_model=self._context_model_name(),
             node_proxies=self.node_proxies,
+            write_proxies=self._write_proxies(),
         )
 
     def _context_model_name(self) -> str | None:
@@ -389,10 +412,24 @@ class SmallToBigRetriever(BaseRetriever):
             return self._context_name
         return None if self.context_model is None else model_name(self.context_model)
 
+    def _proxy_setting(self) -> dict[str, str] | None:
+        """The model-written proxies' kind and model name (cache keys, saves)."""
+        kind = self.proxies or self._proxy_kind
+        name = self._proxy_name
+        if name is None and self.proxy_model is not None:
+            name = model_name(self.proxy_model)
+        return None if kind is None or name is None else {"kind": kind, "model": name}
+
+    def _write_proxies(self) -> WrittenProxies | None:
+        """The lifecycle's ``write_proxies`` hook (``None``: no model-written proxies)."""
+        setting = self._proxy_setting()
+        return None if setting is None else written_proxies(setting["kind"], setting["model"])
+
     def _embedded(self) -> dict[str, Any]:
         """What is embedded beside each leaf's text, as a save records it."""
         model = self._context_model_name()
-        return persist.embedded_setting(describe_headers(self.contextual_headers), model)
+        headers = describe_headers(self.contextual_headers)
+        return persist.embedded_setting(headers, model, self._proxy_setting())
 
     # Retrieval -----------------------------------------------------------------
 
@@ -531,11 +568,16 @@ class SmallToBigRetriever(BaseRetriever):
             fields["contextual_headers"] = saved["contextual_headers"] == "sections"
         headers = check_headers(fields.get("contextual_headers", False))
         model = fields.get("context_model")
+        was = saved.get("proxies")
+        if was is not None and "proxies" not in fields:
+            fields["proxies"] = was["kind"]
+        kind, writer = fields.get("proxies"), fields.get("proxy_model")
         persist.check_embedded(
             path,
             saved,
             describe_headers(headers),
             None if model is None else model_name(model),
+            None if kind is None or writer is None else {"kind": kind, "model": model_name(writer)},
         )
         if isinstance(loaded.vectorstore, FaissIndex) and loaded.lexical is not None:
             loaded.vectorstore.adopt_lexical(loaded.lexical)  # else built from its records
@@ -616,7 +658,7 @@ class SmallToBigRetriever(BaseRetriever):
 
 _REWIRED = frozenset(
     {"vectorstore", "docstore", "byte_store", "levels", "child_splitter", "parent_splitter"}
-    | {"hybrid", "mode", "context_model", "context_cache"}
+    | {"hybrid", "mode", "context_model", "context_cache", "proxies", "proxy_model"}
 )
 """Fields whose change gives a copy its own child index and runner."""
 _NO_DEEP_COPY = (
@@ -624,6 +666,17 @@ _NO_DEEP_COPY = (
     "index, a docstore, a lock). Use model_copy(update=...) for a copy over the same or other "
     "stores, or save() and load()."
 )
+
+
+def _check_proxies(kind: str | None, model: BaseChatModel | None) -> None:
+    """Model-written proxies need both their kind and their model."""
+    if (kind is None) != (model is None):
+        given, missing = ("proxies", "proxy_model") if model is None else ("proxy_model", "proxies")
+        msg = (
+            f"{given}= was set without {missing}=; model-written proxies need both "
+            "(proxies='propositions'|'summaries'|'questions' and a chat model as proxy_model)."
+        )
+        raise ValueError(msg)
 
 
 def _codec_of(docstore: Any, byte_store: Any) -> bool:

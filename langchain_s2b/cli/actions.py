@@ -150,6 +150,8 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
             search=False,
             headers=args.headers,
             context_model=args.context_model,
+            proxies=args.proxies,
+            proxy_model=args.proxy_model,
         )
         try:
             _restore(store)

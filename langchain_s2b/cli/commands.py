@@ -60,6 +60,7 @@ from langchain_s2b.cli.options import (
     MODES,
     PARENT_LEVEL,
     PARENT_LEVELS,
+    PROXY_CHOICES,
     TOKEN_ENV,
 )
 
@@ -201,6 +202,20 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument(
         "--no-context-model", dest="context_model", action="store_const", const="",
         help="no context model from now on",
+    )  # fmt: skip
+    index.add_argument(
+        "--proxies", choices=PROXY_CHOICES, default=None,
+        help="a chat model (--proxy-model) writes propositions per paragraph (Dense X), a "
+        "summary per section or questions per paragraph, searched in place of the text they "
+        "stand for; the store keeps the setting (--no-proxies: none)",
+    )  # fmt: skip
+    index.add_argument(
+        "--no-proxies", dest="proxies", action="store_const", const="",
+        help="no model-written proxies from now on",
+    )  # fmt: skip
+    index.add_argument(
+        "--proxy-model", metavar="PROVIDER:MODEL", default=None,
+        help="the chat model that writes the --proxies (init_chat_model names); the store keeps it",
     )  # fmt: skip
 
     query = add("query", parents=[common], help="print the contexts that answer a question")

@@ -61,12 +61,25 @@ FAISS_FILES = "s2b.*.*.faiss"
 """The FAISS index files (``store.index_file.INDEX_FILE``)."""
 LISTING_FILE = "s2b.json"
 """The settings and the indexed files' paths, beside the database (:class:`Listing`)."""
-SETTINGS = ("format", "format_version", "embedding", "tree", "headers", "context_model")
+SETTINGS = (
+    "format",
+    "format_version",
+    "embedding",
+    "tree",
+    "headers",
+    "context_model",
+    "proxies",
+    "proxy_model",
+)
 """The ``meta`` values that are the store's settings (the rest is the database's own)."""
 HEADERS = "headers"
 """Setting: ``"on"`` when chunks are embedded under their title and section path."""
 CONTEXT_MODEL = "context_model"
 """Setting: the chat model (``provider:model``) that writes each paragraph's context."""
+PROXIES = "proxies"
+"""Setting: the model-written proxies (``propositions``, ``summaries``, ``questions``; ``""``)."""
+PROXY_MODEL = "proxy_model"
+"""Setting: the chat model (``provider:model``) that writes the proxies."""
 PENDING = "embedded_pending"
 """``"1"`` from the run that changed the headers or context setting until a run re-indexed
 every file with it (an interrupted run leaves it: the next run goes on re-indexing)."""
@@ -78,24 +91,36 @@ class Embedded:
 
     headers: bool
     context_model: str | None = None
+    proxies: str | None = None
+    """Model-written proxies: ``"propositions"``, ``"summaries"``, ``"questions"`` (or none)."""
+    proxy_model: str | None = None
 
     def describe(self) -> str:
         """``headers on, context model anthropic:claude-3-5-haiku-latest`` (for messages)."""
         model = f"context model {self.context_model}" if self.context_model else "no context model"
-        return f"headers {'on' if self.headers else 'off'}, {model}"
+        said = f"headers {'on' if self.headers else 'off'}, {model}"
+        if self.proxies:
+            said += f", {self.proxies} by {self.proxy_model}"
+        return said
 
 
 def read_embedded(db: Database) -> Embedded:
     """The store's recorded setting (a store made before it was recorded: off, no model)."""
     headers = db.get_meta(HEADERS)
     model = db.get_meta(CONTEXT_MODEL)
-    return Embedded(headers == "on", model or None)
+    proxies = db.get_meta(PROXIES) or None
+    writer = db.get_meta(PROXY_MODEL) or None
+    return Embedded(headers == "on", model or None, proxies, writer if proxies else None)
 
 
 def listed_embedded(listing: Listing) -> Embedded:
     """The setting ``s2b.json`` records (a listing written before it: off, no model)."""
+    proxies = listing.settings.get(PROXIES) or None
     return Embedded(
-        listing.settings.get(HEADERS) == "on", listing.settings.get(CONTEXT_MODEL) or None
+        listing.settings.get(HEADERS) == "on",
+        listing.settings.get(CONTEXT_MODEL) or None,
+        proxies,
+        (listing.settings.get(PROXY_MODEL) or None) if proxies else None,
     )
 
 
@@ -103,6 +128,11 @@ def record_embedded(db: Database, embedded: Embedded, *, pending: bool) -> None:
     """Record the setting (inside the caller's transaction); ``pending``: every file again."""
     db.set_meta(HEADERS, "on" if embedded.headers else "off")
     db.set_meta(CONTEXT_MODEL, embedded.context_model or "")
+    if embedded.proxies:  # recorded only when set: a store without them lists as before
+        db.set_meta(PROXIES, embedded.proxies)
+        db.set_meta(PROXY_MODEL, embedded.proxy_model or "")
+    else:
+        db.conn.execute("DELETE FROM meta WHERE name IN (?, ?)", (PROXIES, PROXY_MODEL))
     if pending:
         db.set_meta(PENDING, "1")
 

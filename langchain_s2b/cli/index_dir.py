@@ -119,9 +119,11 @@ class Store:
         self.index = SQLiteFaissIndex(self.cache, self.docstore)
         self.embedded = read_embedded(db)
         self.context_cache = SQLiteContextCache(db)
-        chat = None
+        chat = writer = None
         if contexts and self.embedded.context_model:
             chat = models.make_chat_model(self.embedded.context_model)
+        if contexts and self.embedded.proxies and self.embedded.proxy_model:
+            writer = models.make_chat_model(self.embedded.proxy_model, "--proxy-model")
         self.retriever = SmallToBigRetriever(
             vectorstore=self.index,
             docstore=self.docstore,
@@ -131,14 +133,23 @@ class Store:
             contextual_headers=self.embedded.headers,
             context_model=chat,
             context_cache=self.context_cache,
+            proxies=self.embedded.proxies if writer is not None else None,
+            proxy_model=writer,
         )
         # the contexts are known by the store's provider:model, whether or not the model is made
         self.retriever._context_name = self.embedded.context_model
+        self.retriever._proxy_name = self.embedded.proxy_model
+        self.retriever._proxy_kind = self.embedded.proxies
 
     @property
     def contexts(self) -> ContextWriter | None:
         """The writer of the chunks' contexts (``None``: no context model, or not made)."""
         return self.retriever._io.contexts
+
+    @property
+    def proxies(self) -> ContextWriter | None:
+        """The writer of model-written proxies (``None``: none, or the model not made)."""
+        return self.retriever._io.proxies
 
     def reindex_pending(self) -> bool:
         """Whether a changed headers or context setting still has files to index again."""
@@ -274,6 +285,8 @@ def open_or_create(
     search: bool = True,
     headers: bool | None = None,
     context_model: str | None = None,
+    proxies: str | None = None,
+    proxy_model: str | None = None,
 ) -> Store:
     """Open the index in ``directory``, creating it (call under the writer lock).
 
@@ -282,9 +295,12 @@ def open_or_create(
     ``headers``/``context_model`` (``None``: the store's, or the default; a
     context model ``""``: none): a setting other than the store's is recorded,
     with the mark that every file is to be indexed again (:func:`~.folder.reindex_pending`).
+    ``proxies``/``proxy_model`` likewise (``proxies=""``: none).
     """
     if context_model:
         models.make_chat_model(context_model)  # fail before anything is written
+    if proxy_model:
+        models.make_chat_model(proxy_model, "--proxy-model")
     if (directory / DB_FILE).exists():
         db = connect(directory)
         started = db.has_tables()
@@ -292,7 +308,7 @@ def open_or_create(
         if started:
             store = open_store(directory, wanted, search=search, writer=True)
             try:
-                _change_embedded(store, headers, context_model)
+                _change_embedded(store, headers, context_model, (proxies, proxy_model))
             finally:
                 store.close()
             model = store.cache.model  # made once
@@ -303,27 +319,63 @@ def open_or_create(
     else:
         check_directory(directory, creating=True)
     spec = models.parse_spec(wanted or models.DEFAULT)
-    model = models.make_embedding(spec)  # fail before anything is written
-    directory.mkdir(parents=True, exist_ok=True)
-    db = connect(directory)
     chosen = Embedded(
         DEFAULT_CONTEXTUAL_HEADERS if headers is None else headers,
         models.parse_chat_spec(context_model) if context_model else None,
+        *_proxy_setting(Embedded(headers=False), proxies, proxy_model),
     )
+    model = models.make_embedding(spec)  # fail before anything is written
+    directory.mkdir(parents=True, exist_ok=True)
+    db = connect(directory)
     initialise(db, spec, chosen)
     db.close()
     return open_store(directory, wanted, embedding=model, search=search, writer=True, contexts=True)
 
 
-def _change_embedded(store: Store, headers: bool | None, context_model: str | None) -> bool:
-    """Record a headers or context setting other than the store's; whether it changed."""
+def _change_embedded(
+    store: Store,
+    headers: bool | None,
+    context_model: str | None,
+    proxies: tuple[str | None, str | None] = (None, None),
+) -> bool:
+    """Record a headers, context or proxy setting other than the store's; whether it changed."""
     was = store.embedded
     model = was.context_model
     if context_model is not None:
         model = models.parse_chat_spec(context_model) if context_model else None
-    wanted = Embedded(was.headers if headers is None else headers, model)
+    wanted = Embedded(
+        was.headers if headers is None else headers, model, *_proxy_setting(was, *proxies)
+    )
     if wanted == was:
         return False
     with store.db.write():
         record_embedded(store.db, wanted, pending=True)
     return True
+
+
+def _proxy_setting(
+    was: Embedded, proxies: str | None, proxy_model: str | None
+) -> tuple[str | None, str | None]:
+    """The proxies and their model after ``--proxies``/``--proxy-model`` (``None``: as was).
+
+    Raises:
+        UserError: proxies without a model, or a model without proxies.
+    """
+    kind = was.proxies if proxies is None else (proxies or None)
+    model = was.proxy_model
+    if proxy_model is not None:
+        model = models.parse_chat_spec(proxy_model, "--proxy-model")
+    if kind is None:
+        if proxy_model:
+            msg = (
+                f"--proxy-model {proxy_model} needs --proxies propositions|summaries|questions "
+                "(the store writes none)"
+            )
+            raise UserError(msg)
+        return None, None
+    if model is None:
+        msg = (
+            f"--proxies {kind} needs --proxy-model provider:model (the chat model that writes them)"
+        )
+        raise UserError(msg)
+    return kind, model

@@ -14,6 +14,8 @@ A run (under the writer lock):
 4. with a context model, has it write each new paragraph's context (cached in
    the database by digest as they come, so Ctrl-C keeps them); a file whose
    contexts fail is skipped and reported, like a file that can not be read;
+   with model-written proxies (``--proxies``), the same for the proxy model's
+   answers (the write's ``write_proxies`` hook then finds them cached);
 5. splits the changed files (cheap) to learn every chunk to embed (its text,
    with its header and context when the store writes them), drops the
    chunks whose vectors are stored already (content hash), and embeds the rest
@@ -56,6 +58,7 @@ from langchain_s2b.cli.loaders import (
     shown,
 )
 from langchain_s2b.cli.progress import Bar, ticking
+from langchain_s2b.core import propose
 from langchain_s2b.core.headers import HeaderFunction
 from langchain_s2b.core.ingest import (
     Source,
@@ -204,6 +207,9 @@ def run(
     if store.contexts is not None:
         name = store.embedded.context_model or ""
         loaded = _situate(store.contexts, name, loaded, outcome, report, progress)
+    if store.proxies is not None and store.embedded.proxies:
+        kind, name = store.embedded.proxies, store.embedded.proxy_model or ""
+        loaded = _propose(store.proxies, kind, name, loaded, outcome, report, progress)
     gone = _gone(found, stored) if prune else set()
     accepted, holders = _claim(store, stored, gone, loaded, outcome, strict, on_skip)
     nodes = _plan(store, accepted, outcome, progress)
@@ -423,15 +429,53 @@ def _situate(
     progress: Progress,
 ) -> list[_Loaded]:
     """Have the context model write the contexts of the files read; skip a file it fails on."""
+
+    def situate(source: Source) -> None:
+        _contexts(source, writer, name)
+
+    return _ask_model(situate, "writing contexts", loaded, outcome, report, progress)
+
+
+def _propose(
+    writer: ContextWriter,
+    kind: str,
+    name: str,
+    loaded: list[_Loaded],
+    outcome: Outcome,
+    report: _Report,
+    progress: Progress,
+) -> list[_Loaded]:
+    """Have the proxy model write the files' proxies; skip a file it fails on.
+
+    They go into the cache, where the write's ``write_proxies`` finds them.
+    """
+
+    def write(source: Source) -> None:
+        text = source.doc.page_content
+        tree = build_tree(text, source.source_key, LEVELS)
+        writer.write(propose.pieces(source.source_id, text, tree, kind, name))
+
+    return _ask_model(write, "writing proxies", loaded, outcome, report, progress)
+
+
+def _ask_model(
+    write: Callable[[Source], None],
+    what: str,
+    loaded: list[_Loaded],
+    outcome: Outcome,
+    report: _Report,
+    progress: Progress,
+) -> list[_Loaded]:
+    """``write`` each source of the files read (a model's calls); skip a file it fails on."""
     kept = []
-    bar = progress(len(loaded), "file", "writing contexts")
+    bar = progress(len(loaded), "file", what)
     try:
         with ticking(bar):
             for item in loaded:
                 try:
                     for source in identify(item.docs, None, [], ""):
                         if not is_empty(source):
-                            _contexts(source, writer, name)
+                            write(source)
                 except ContextFailedError as err:
                     _skip(outcome, str(item.path), str(err), report.strict, report.on_skip)
                 else:

@@ -1,4 +1,4 @@
-"""``--embedding`` and ``--context-model``: the models ``provider:model`` strings name.
+"""``--embedding``, ``--context-model``, ``--proxy-model``: the models ``provider:model`` names.
 
 The strings are checked in :mod:`.specs`; a chat model is made by LangChain's
 ``init_chat_model`` (the ``langchain`` package, and the provider's own).
@@ -63,14 +63,17 @@ def make_embedding(spec: str) -> Embeddings:
     return embedding
 
 
-def make_chat_model(spec: str) -> BaseChatModel:
-    """The chat model ``--context-model provider:model`` names (its package must be installed)."""
-    spec = parse_chat_spec(spec)
+def make_chat_model(spec: str, flag: str = "--context-model") -> BaseChatModel:
+    """The chat model ``--context-model provider:model`` names (its package must be installed).
+
+    ``flag``: the option named in an error (``--proxy-model``).
+    """
+    spec = parse_chat_spec(spec, flag)
     try:
         chat_models: Any = importlib.import_module("langchain.chat_models")
     except ImportError:
         msg = (
-            f"--context-model {spec} needs langchain's init_chat_model: pip install "
+            f"{flag} {spec} needs langchain's init_chat_model: pip install "
             f"langchain langchain-{spec.partition(':')[0].replace('_', '-')}"
         )
         raise UserError(msg) from None
@@ -78,10 +81,10 @@ def make_chat_model(spec: str) -> BaseChatModel:
         model: BaseChatModel = chat_models.init_chat_model(spec)
     except ImportError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        msg = f"--context-model {spec} needs the provider's package: {first}"
+        msg = f"{flag} {spec} needs the provider's package: {first}"
         raise UserError(msg) from None
     except Exception as err:  # any provider error (an unknown provider, a missing key)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        msg = f"--context-model {spec} could not start: {first}"
+        msg = f"{flag} {spec} could not start: {first}"
         raise UserError(msg) from None
     return model

@@ -23,6 +23,7 @@ __all__ = [
     "MODES",
     "PARENT_LEVEL",
     "PARENT_LEVELS",
+    "PROXY_CHOICES",
     "TOKEN_ENV",
 ]
 
@@ -50,5 +51,7 @@ BUDGETS = (256, 512, 1024, 2048, 8192)
 """``s2b eval``'s default budgets (``langchain_s2b.evaluation.BUDGETS``)."""
 EMBEDDING_ENV = "S2B_EMBEDDING"
 """The store's embedding, when ``--embedding`` is not given (empty means unset)."""
+PROXY_CHOICES = ("propositions", "summaries", "questions")
+"""``s2b index --proxies`` choices (``langchain_s2b.core.propose.PROXY_KINDS``)."""
 TOKEN_ENV = "S2B_TOKEN"  # noqa: S105 (the name of a variable, not a secret)
 """The bearer token of ``s2b serve --http``, when ``--token`` is not given."""

@@ -53,8 +53,8 @@ def parse_spec(text: str) -> str:
     return f"{provider}:{model}"
 
 
-def parse_chat_spec(text: str) -> str:
-    """A ``--context-model`` string: ``provider:model`` as ``init_chat_model`` reads it.
+def parse_chat_spec(text: str, flag: str = "--context-model") -> str:
+    """A ``--context-model`` (or ``flag``) string: ``provider:model`` for ``init_chat_model``.
 
     The providers are ``init_chat_model``'s own (it says which package each
     needs); here only the shape is checked, so that a typo is one line before
@@ -64,7 +64,7 @@ def parse_chat_spec(text: str) -> str:
     provider, model = provider.strip().lower(), model.strip()
     if not sep or not model or not provider.replace("_", "").replace("-", "").isalnum():
         msg = (
-            f"--context-model {text!r} is not 'provider:model', e.g. "
+            f"{flag} {text!r} is not 'provider:model', e.g. "
             "anthropic:claude-3-5-haiku-latest or openai:gpt-4o-mini (init_chat_model names)"
         )
         raise UserError(msg)

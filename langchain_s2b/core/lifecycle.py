@@ -116,6 +116,11 @@ class Config:
         if self.context_model is not None:
             out["context_model"] = self.context_model
             out["prompt"] = PROMPT_VERSION
+        if self.write_proxies is not None:  # model-written proxies: a change writes them again
+            setting = getattr(self.write_proxies, "setting", None)
+            out["proxies"] = (
+                setting() if callable(setting) else describe_object(self.write_proxies, 3)
+            )
         return out
 
 

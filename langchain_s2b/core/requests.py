@@ -15,6 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Candidate, Hit
+from langchain_s2b.core.propose import ProxyPiece
 from langchain_s2b.core.situate import Piece
 
 T = TypeVar("T")
@@ -168,6 +169,17 @@ class WriteContexts(Request[list[str]]):
     """
 
     pieces: list[Piece]
+
+
+@dataclass(frozen=True)
+class WriteProxies(Request[list[str]]):
+    """The proxy model's answer for each piece (its proxies, unparsed), cached or asked for.
+
+    Carried out without the write lock, like :class:`WriteContexts`. Any failed
+    call fails the request (the answers written so far are cached).
+    """
+
+    pieces: list[ProxyPiece]
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from langchain_s2b.core.requests import (
     SearchMany,
     SearchText,
     WriteContexts,
+    WriteProxies,
 )
 from langchain_s2b.core.stored import stored_leaves
 from langchain_s2b.store.children import ChildIndex, HybridChildIndex
@@ -66,12 +67,21 @@ class Runner:
         index: ChildIndex,
         docstore: BaseStore[str, Document],
         contexts: ContextWriter | None = None,
+        proxies: ContextWriter | None = None,
     ) -> None:
         self.index = index
         self.docstore = docstore
         self.contexts = contexts
         """Writes the leaves' contexts (:class:`WriteContexts`), when there is a context model."""
+        self.proxies = proxies
+        """Writes model-written proxies (:class:`WriteProxies`), when there is a proxy model."""
         self.lock = shared_lock(index.vectorstore)
+
+    def _proxy_writer(self) -> ContextWriter:
+        if self.proxies is None:
+            msg = "Proxies were asked for, but this retriever has no proxy_model."
+            raise ValueError(msg)
+        return self.proxies
 
     def _writer(self) -> ContextWriter:
         if self.contexts is None:
@@ -145,6 +155,8 @@ class Runner:
                 return index.embed_leaves(texts)
             case WriteContexts(pieces):
                 return self._writer().write(pieces)
+            case WriteProxies(pieces):
+                return self._proxy_writer().write(pieces)
             case AddLeaves(leaves, vectors):
                 return index.add(leaves, vectors)
             case RemoveLeaves(keys):
@@ -199,6 +211,8 @@ class Runner:
                 return await index.aembed_leaves(texts)
             case WriteContexts(pieces):
                 return await self._writer().awrite(pieces)
+            case WriteProxies(pieces):
+                return await self._proxy_writer().awrite(pieces)
             case AddLeaves(leaves, vectors):
                 return await index.aadd(leaves, vectors)
             case RemoveLeaves(keys):

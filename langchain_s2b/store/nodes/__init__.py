@@ -16,7 +16,12 @@ if TYPE_CHECKING:
     from langchain_s2b.store.nodes.codec import DocumentCodecStore, decode_document, encode_document
     from langchain_s2b.store.nodes.node_store import FILES as NODE_FILES
     from langchain_s2b.store.nodes.node_store import NodeStore, copy_into
-    from langchain_s2b.store.nodes.situator import ContextFailedError, ContextWriter, model_name
+    from langchain_s2b.store.nodes.situator import (
+        ContextFailedError,
+        ContextWriter,
+        model_name,
+        proxy_writer,
+    )
 
 __all__ = [
     "ContextFailedError",
@@ -28,6 +33,7 @@ __all__ = [
     "decode_document",
     "encode_document",
     "model_name",
+    "proxy_writer",
 ]
 
 _HOMES = {
@@ -40,6 +46,7 @@ _HOMES = {
     "ContextFailedError": "langchain_s2b.store.nodes.situator",
     "ContextWriter": "langchain_s2b.store.nodes.situator",
     "model_name": "langchain_s2b.store.nodes.situator",
+    "proxy_writer": "langchain_s2b.store.nodes.situator",
 }
 _ORIGINAL = {"NODE_FILES": "FILES"}
 

@@ -15,13 +15,14 @@ store keeps it in its database).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.stores import BaseStore
 
-from langchain_s2b.core.situate import MAX_CONTEXT_CHARS, Piece
+from langchain_s2b.core import propose
+from langchain_s2b.core.situate import MAX_CONTEXT_CHARS
 
 BATCH = 16
 """Prompts per ``batch`` call (each answered before the next batch starts)."""
@@ -37,29 +38,67 @@ def model_name(model: BaseChatModel) -> str:
     return kind
 
 
-def answer_text(answer: Any) -> str:
-    """A chat model's answer as one line of at most :data:`MAX_CONTEXT_CHARS` characters."""
+class Piece(Protocol):
+    """What the writer asks about: a cache key, the source it is from and its prompt.
+
+    :class:`~langchain_s2b.core.situate.Piece` (a context) and
+    :class:`~langchain_s2b.core.propose.ProxyPiece` (model-written proxies).
+    """
+
+    @property
+    def key(self) -> str:
+        """Its cache key."""
+
+    @property
+    def source_id(self) -> str:
+        """The source it is from (for errors)."""
+
+    def prompt(self) -> str:
+        """What the model is asked."""
+
+
+def one_line(text: str) -> str:
+    """A context as kept: one line of at most :data:`MAX_CONTEXT_CHARS` characters."""
+    return " ".join(text.split())[:MAX_CONTEXT_CHARS]
+
+
+def answer_text(answer: Any, tidy: Callable[[str], str] = one_line) -> str:
+    """A chat model's answer as text, as ``tidy`` keeps it (by default :func:`one_line`)."""
     text = getattr(answer, "text", answer)  # a message's text: its content's text blocks
     if not isinstance(text, str):
         text = str(getattr(answer, "content", text))
-    return " ".join(str(text).split())[:MAX_CONTEXT_CHARS]
+    return tidy(str(text))
 
 
 class ContextFailedError(RuntimeError):
-    """The context model failed for some pieces (those it answered are cached)."""
+    """The context (or proxy) model failed for some pieces (those it answered are cached)."""
 
 
 class ContextWriter:
-    """Writes the contexts of pieces with one chat model, through one cache.
+    """Writes the answers to pieces' prompts with one chat model, through one cache.
 
     Args:
         model: any LangChain chat model.
         cache: where answers are kept by cache key.
+        tidy: how an answer is kept (default: one line, the contexts').
+        what: the model's name in an error ("context model", "proxy model").
+        written: what it writes, in an error ("contexts", "proxies").
     """
 
-    def __init__(self, model: BaseChatModel, cache: BaseStore[str, bytes]) -> None:
+    def __init__(
+        self,
+        model: BaseChatModel,
+        cache: BaseStore[str, bytes],
+        *,
+        tidy: Callable[[str], str] = one_line,
+        what: str = "context model",
+        written: str = "contexts",
+    ) -> None:
         self.model = model
         self.cache = cache
+        self.tidy = tidy
+        self.what = what
+        self.written = written
         self.calls = 0
         """Prompts sent to the model by this writer (for tests and progress)."""
 
@@ -74,7 +113,7 @@ class ContextWriter:
             self.calls += len(part)
             answers = self.model.batch([piece.prompt() for piece in part], return_exceptions=True)
             failed += self._keep(part, answers, known)
-        _raise_if_failed(failed, len(todo))
+        _raise_if_failed(failed, len(todo), self.what, self.written)
         return [known[key] for key in keys]
 
     async def awrite(self, pieces: Sequence[Piece]) -> list[str]:
@@ -93,7 +132,7 @@ class ContextWriter:
             if pairs:
                 await self.cache.amset(pairs)
             failed += _failures(part, answers)
-        _raise_if_failed(failed, len(todo))
+        _raise_if_failed(failed, len(todo), self.what, self.written)
         return [known[key] for key in keys]
 
     def _keep(
@@ -104,20 +143,24 @@ class ContextWriter:
             self.cache.mset(pairs)
         return _failures(part, answers)
 
-    @staticmethod
     def _answered(
-        part: list[Piece], answers: list[Any], known: dict[str, str]
+        self, part: list[Piece], answers: list[Any], known: dict[str, str]
     ) -> list[tuple[str, bytes]]:
         """Record the answers that came; their cache entries."""
         if len(answers) != len(part):
-            msg = f"The context model answered {len(answers)} of {len(part)} prompts."
+            msg = f"The {self.what} answered {len(answers)} of {len(part)} prompts."
             raise ContextFailedError(msg)
         pairs = []
         for piece, answer in zip(part, answers, strict=True):
             if not _failed(answer):
-                known[piece.key] = answer_text(answer)
+                known[piece.key] = answer_text(answer, self.tidy)
                 pairs.append((piece.key, known[piece.key].encode("utf-8", "surrogatepass")))
         return pairs
+
+
+def proxy_writer(model: BaseChatModel, cache: BaseStore[str, bytes]) -> ContextWriter:
+    """The writer of model-written proxies: answers kept line by line (:func:`propose.tidy`)."""
+    return ContextWriter(model, cache, tidy=propose.tidy, what="proxy model", written="proxies")
 
 
 def _failed(answer: Any) -> bool:
@@ -150,7 +193,9 @@ def _todo(pieces: Sequence[Piece], known: dict[str, str]) -> list[Piece]:
     return list(out.values())
 
 
-def _raise_if_failed(failed: list[tuple[Piece, BaseException]], asked: int) -> None:
+def _raise_if_failed(
+    failed: list[tuple[Piece, BaseException]], asked: int, what: str, written: str
+) -> None:
     if not failed:
         return
     piece, err = failed[0]
@@ -159,8 +204,8 @@ def _raise_if_failed(failed: list[tuple[Piece, BaseException]], asked: int) -> N
             raise other
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     msg = (
-        f"The context model failed for {len(failed)} of {asked} pieces (first: source "
+        f"The {what} failed for {len(failed)} of {asked} pieces (first: source "
         f"{piece.source_id!r}, {type(err).__name__}: {first[:200]}); nothing was added, and "
-        "the contexts it wrote are cached for the next try."
+        f"the {written} it wrote are cached for the next try."
     )
     raise ContextFailedError(msg) from err

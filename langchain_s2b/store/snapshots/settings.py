@@ -47,14 +47,21 @@ LEXICAL_DIR = "lexical"
 _LEXICAL_FILE = re.compile(rf"^{LEXICAL_DIR}/(?!\.\.?$)[A-Za-z0-9_.-]+$")
 
 
-def embedded_setting(headers: str, context_model: str | None) -> dict[str, Any]:
+def embedded_setting(
+    headers: str, context_model: str | None, proxies: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What a save records of what is embedded beside each leaf's text.
 
     ``headers``: ``"off"``, ``"sections"`` or ``"custom"``
     (:func:`~langchain_s2b.core.headers.describe_headers`); ``context_model``:
-    the name of the chat model that wrote the contexts, if any.
+    the name of the chat model that wrote the contexts, if any; ``proxies``: the
+    model-written proxies' ``{"kind", "model"}``, if any (recorded only then, so
+    a save without them reads as before).
     """
-    return {"contextual_headers": headers, "context_model": context_model}
+    out: dict[str, Any] = {"contextual_headers": headers, "context_model": context_model}
+    if proxies is not None:
+        out["proxies"] = {"kind": proxies["kind"], "model": proxies["model"]}
+    return out
 
 
 NOTHING_EMBEDDED = embedded_setting("off", None)
@@ -62,14 +69,19 @@ NOTHING_EMBEDDED = embedded_setting("off", None)
 
 
 def check_embedded(
-    path: str | Path, saved: Mapping[str, Any] | None, headers: str, context_model: str | None
+    path: str | Path,
+    saved: Mapping[str, Any] | None,
+    headers: str,
+    context_model: str | None,
+    proxies: Mapping[str, str] | None = None,
 ) -> None:
-    """Refuse to open a save with another header or context setting than it was built with.
+    """Refuse to open a save with another header, context or proxy setting than it was built with.
 
     A retriever whose leaves were embedded one way and whose next leaves would
     be embedded another would rank them on two scales; one line says what to pass.
     """
     saved = dict(saved or NOTHING_EMBEDDED)
+    _check_proxies(path, saved.get("proxies"), proxies)
     was, model = saved["contextual_headers"], saved["context_model"]
     if was != headers:
         names = {"off": "False", "sections": "True", "custom": "<its callable>"}
@@ -92,6 +104,40 @@ def check_embedded(
             "passed to load(): sources added from now on get its contexts.",
             UserWarning,
             stacklevel=3,
+        )
+
+
+def _check_proxies(
+    path: str | Path, was: Mapping[str, str] | None, proxies: Mapping[str, str] | None
+) -> None:
+    """Refuse another kind of model-written proxies (or none); warn on another model."""
+    if was is None and proxies is not None:
+        msg = (
+            f"{path} was built without model-written proxies; load it without proxies= and "
+            "proxy_model=, or build the index again."
+        )
+        raise ValueError(msg)
+    if was is None:
+        return
+    if proxies is None:
+        msg = (
+            f"{path} was built with proxies={was['kind']!r} written by {was['model']!r}; pass "
+            "the model again: load(path, embedding, proxy_model=...)."
+        )
+        raise ValueError(msg)
+    if proxies["kind"] != was["kind"]:
+        msg = (
+            f"{path} was built with proxies={was['kind']!r}, not {proxies['kind']!r}; pass "
+            f"proxies={was['kind']!r} to load(), or build the index again."
+        )
+        raise ValueError(msg)
+    if proxies["model"] != was["model"]:
+        warnings.warn(
+            f"{path} was built with the proxy model {was['model']!r}, and "
+            f"{proxies['model']!r} was passed to load(): sources added from now on get its "
+            "proxies.",
+            UserWarning,
+            stacklevel=4,
         )
 
 
@@ -215,9 +261,22 @@ def _check_shape(file: Path, meta: dict[str, Any]) -> None:
             "embedded must be {contextual_headers: off|sections|custom, context_model: a name "
             "or null}"
         )
+    elif not _proxy_setting(embedded.get("proxies")):
+        problems.append("embedded proxies must be {kind: a name, model: a name} or absent")
     if problems:
         msg = f"{file} is malformed: {'; '.join(problems)}."
         raise ValueError(msg)
+
+
+def _proxy_setting(value: Any) -> bool:
+    """Whether a save's ``embedded.proxies`` is absent or ``{kind, model}`` (strings)."""
+    if value is None:
+        return True
+    return (
+        isinstance(value, dict)
+        and value.get("kind") in ("propositions", "summaries", "questions")
+        and isinstance(value.get("model"), str)
+    )
 
 
 _KINDS = ("nodes", "memory", "memory-bytes", "external")
