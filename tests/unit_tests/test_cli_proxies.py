@@ -66,6 +66,20 @@ def _pending(store: Path) -> str | None:
         db.close()
 
 
+def _proxy_rows(store: Path) -> tuple[int, int]:
+    """``(rows of the proxies table, proxy keys of the children table)``."""
+    db = Database(store / "s2b.sqlite")
+    try:
+        conn = db.conn
+        table = int(conn.execute("SELECT count(*) FROM proxies").fetchone()[0])
+        children = int(
+            conn.execute("SELECT count(*) FROM children WHERE key LIKE '%/proxy/%'").fetchone()[0]
+        )
+        return table, children
+    finally:
+        db.close()
+
+
 def _listing(store: Path) -> dict[str, str]:
     settings: dict[str, str] = json.loads((store / "s2b.json").read_text())["settings"]
     return settings
@@ -107,7 +121,9 @@ class TestIndex:
         assert sum(m.calls for m in chat) == PARAGRAPHS + SECTIONS
         assert _setting(store) == Embedded(True, None, "summaries", SPEC)
         assert _pending(store) is None  # every file was indexed again
+        assert _proxy_rows(store) == (SECTIONS, SECTIONS)  # one summary each; no question left
         _index(capsys, corpus, store, "--no-proxies")
+        assert _proxy_rows(store) == (0, 0)
         assert _setting(store) == Embedded(True, None, None, None)
         assert "proxies" not in _listing(store)
         assert "proxy_model" not in _listing(store)

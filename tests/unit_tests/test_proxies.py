@@ -19,6 +19,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core import lifecycle, ranking
+from langchain_s2b.core import verify as checks
 from langchain_s2b.core.hits import Hit, Scored
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.proxies import Proxy
@@ -349,13 +350,19 @@ def test_model_written_proxies_join_the_users_and_stay_out_of_the_digest() -> No
     retriever = _retriever("window")
     asked: list[list[str | None]] = []
 
-    def written(documents: list[Document], trees: list[Tree]) -> Op[list[list[Proxy]]]:
-        asked.append([d.id for d in documents])
-        assert [len(t.leaves) for t in trees] == [6] * len(documents)
-        return [[Proxy("okapi", S[5], S[6], "summary")] for _ in documents]
-        yield  # an operation: it may ask for I/O (a chat model's answers)
+    class Written:
+        """A hook shaped like the model's (``core.model_proxies``): its setting names it."""
 
-    config = replace(retriever._lifecycle_config(), write_proxies=written)
+        def setting(self) -> dict[str, str]:
+            return {"kind": "summaries", "model": "test"}
+
+        def __call__(self, documents: list[Document], trees: list[Tree]) -> Op[list[list[Proxy]]]:
+            asked.append([d.id for d in documents])
+            assert [len(t.leaves) for t in trees] == [6] * len(documents)
+            return [[Proxy("okapi", S[5], S[6], "summary")] for _ in documents]
+            yield  # an operation: it may ask for I/O (a chat model's answers)
+
+    config = replace(retriever._lifecycle_config(), write_proxies=Written())
     docs, own = [Document(TEXT, id="a")], [[Proxy("zebra", 0, 10)]]
     result = retriever._io.drive(lifecycle.add(config, docs, None, proxies=own), write=True)
     assert (result.added, result.num_proxies) == (["a"], 2)
@@ -369,7 +376,7 @@ def test_model_written_proxies_join_the_users_and_stay_out_of_the_digest() -> No
     again = retriever._io.drive(lifecycle.add(config, docs, None, proxies=own), write=True)
     assert again.unchanged == ["a"]
     assert asked == [["a"]]  # asked only for the sources written
-    assert retriever.verify(digests=True).ok
+    assert retriever._io.drive(checks.check(config, repair=False, digests=True)).ok  # its setting
 
 
 def test_a_manifest_with_a_bad_proxy_count_is_a_bad_manifest() -> None:

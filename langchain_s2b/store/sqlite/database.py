@@ -46,11 +46,14 @@ CREATE TABLE IF NOT EXISTS vectors (
 CREATE TABLE IF NOT EXISTS children (
     row INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, vec INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS proxies (key TEXT PRIMARY KEY, text TEXT NOT NULL, meta TEXT NOT NULL)
+    WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS {LEXICAL_TABLE} USING fts5(
     terms, key UNINDEXED, source UNINDEXED, tokenize = 'ascii'
 );
 """
-"""``children``: one row per leaf, ``row`` its FAISS id. ``lexical``: its terms (FTS5),
+"""``children``: one row per leaf or proxy, ``row`` its FAISS id; ``proxies``: a proxy's text
+and metadata (JSON), which no docstore node holds (issue 35). ``lexical``: its terms (FTS5),
 ``rowid`` = ``children.row`` (see :mod:`langchain_s2b.store.sqlite.sqlite_lexical`)."""
 
 

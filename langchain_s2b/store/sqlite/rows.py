@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from langchain_core.documents import Document
 
 from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import MissingNodeError
+from langchain_s2b.core.keys import is_proxy_key
 from langchain_s2b.store.sqlite.cached_embeddings import text_hash
 from langchain_s2b.store.sqlite.database import Database, chunks, marks
 from langchain_s2b.store.sqlite.docstore import _UNREADABLE, SQLiteDocStore, _dec
@@ -69,6 +71,14 @@ class SQLiteRows:
                 "INSERT INTO children (row, key, vec) VALUES (?, ?, ?)",
                 [(r, k, known[h]) for r, k, h in zip(rows, keys, hashes, strict=True)],
             )
+            conn.executemany(  # a proxy's text and metadata: no docstore node holds them
+                "INSERT OR REPLACE INTO proxies (key, text, meta) VALUES (?, ?, ?)",
+                [
+                    (k, t, json.dumps(m, separators=(",", ":")))
+                    for k, t, m in zip(keys, texts, metas, strict=True)
+                    if is_proxy_key(k)
+                ],
+            )
             if self.lexical is not None:
                 self.lexical.add(conn, rows, keys, embedded)
 
@@ -79,6 +89,10 @@ class SQLiteRows:
                 where = f"WHERE row IN ({_marks(len(part))})"
                 found = conn.execute(f"SELECT vec FROM children {where}", part).fetchall()  # noqa: S608
                 self.released.update(r[0] for r in found)
+                conn.execute(
+                    f"DELETE FROM proxies WHERE key IN (SELECT key FROM children {where})",  # noqa: S608
+                    part,
+                )
                 conn.execute(f"DELETE FROM children {where}", part)  # noqa: S608
             if self.lexical is not None:
                 self.lexical.remove(conn, rows)
@@ -88,6 +102,7 @@ class SQLiteRows:
         with self.db.write() as conn:
             self.released.update(r[0] for r in conn.execute("SELECT vec FROM children"))
             conn.execute("DELETE FROM children")
+            conn.execute("DELETE FROM proxies")
             if self.lexical is not None:
                 self.lexical.clear(conn)
 
@@ -111,8 +126,13 @@ class SQLiteRows:
             for part in chunks(wanted):
                 sql = f"SELECT row, key FROM children WHERE row IN ({_marks(len(part))})"  # noqa: S608
                 keys.update(conn.execute(sql, part).fetchall())
-            names = list(keys.values())
+            names = [key for key in keys.values() if not is_proxy_key(key)]
             docs = dict(zip(names, self.docstore.mget(names), strict=True))
+            proxies = [key for key in keys.values() if is_proxy_key(key)]
+            for part in chunks(proxies):
+                sql = f"SELECT key, text, meta FROM proxies WHERE key IN ({_marks(len(part))})"  # noqa: S608
+                for key, text, meta in conn.execute(sql, part).fetchall():
+                    docs[key] = Document(page_content=text, metadata=json.loads(meta), id=key)
         out: list[tuple[str, str, dict[str, Any]] | None] = []
         for row in rows:
             if row < 0:
