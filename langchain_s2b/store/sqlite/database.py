@@ -34,6 +34,12 @@ _CHUNK = 500
 """Keys per ``IN (...)`` query (SQLite's variable limit is far above)."""
 
 LEXICAL_TABLE = "lexical"
+PROXIES_TABLE = (
+    "CREATE TABLE IF NOT EXISTS proxies (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
+    "meta TEXT NOT NULL) WITHOUT ROWID"
+)
+"""A proxy's text and metadata (JSON), which no docstore node holds (issue 35); made with the
+first proxy written, so a store without proxies holds no such table."""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS docs (key TEXT PRIMARY KEY, text BLOB NOT NULL, meta BLOB NOT NULL);
@@ -46,14 +52,12 @@ CREATE TABLE IF NOT EXISTS vectors (
 CREATE TABLE IF NOT EXISTS children (
     row INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, vec INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS proxies (key TEXT PRIMARY KEY, text TEXT NOT NULL, meta TEXT NOT NULL)
-    WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS {LEXICAL_TABLE} USING fts5(
     terms, key UNINDEXED, source UNINDEXED, tokenize = 'ascii'
 );
 """
-"""``children``: one row per leaf or proxy, ``row`` its FAISS id; ``proxies``: a proxy's text
-and metadata (JSON), which no docstore node holds (issue 35). ``lexical``: its terms (FTS5),
+"""``children``: one row per leaf or proxy, ``row`` its FAISS id (a proxy's text and metadata
+are in :data:`PROXIES_TABLE`, made with the first proxy). ``lexical``: its terms (FTS5),
 ``rowid`` = ``children.row`` (see :mod:`langchain_s2b.store.sqlite.sqlite_lexical`)."""
 
 

@@ -15,7 +15,7 @@ from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.hits import MissingNodeError
 from langchain_s2b.core.keys import is_proxy_key
 from langchain_s2b.store.sqlite.cached_embeddings import text_hash
-from langchain_s2b.store.sqlite.database import Database, chunks, marks
+from langchain_s2b.store.sqlite.database import PROXIES_TABLE, Database, chunks, marks
 from langchain_s2b.store.sqlite.docstore import _UNREADABLE, SQLiteDocStore, _dec
 from langchain_s2b.store.sqlite.sqlite_lexical import SQLiteLexical
 
@@ -71,14 +71,16 @@ class SQLiteRows:
                 "INSERT INTO children (row, key, vec) VALUES (?, ?, ?)",
                 [(r, k, known[h]) for r, k, h in zip(rows, keys, hashes, strict=True)],
             )
-            conn.executemany(  # a proxy's text and metadata: no docstore node holds them
-                "INSERT OR REPLACE INTO proxies (key, text, meta) VALUES (?, ?, ?)",
-                [
-                    (k, t, json.dumps(m, separators=(",", ":")))
-                    for k, t, m in zip(keys, texts, metas, strict=True)
-                    if is_proxy_key(k)
-                ],
-            )
+            proxies = [
+                (k, t, json.dumps(m, separators=(",", ":")))
+                for k, t, m in zip(keys, texts, metas, strict=True)
+                if is_proxy_key(k)
+            ]
+            if proxies:  # a proxy's text and metadata: no docstore node holds them
+                conn.execute(PROXIES_TABLE)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO proxies (key, text, meta) VALUES (?, ?, ?)", proxies
+                )
             if self.lexical is not None:
                 self.lexical.add(conn, rows, keys, embedded)
 
@@ -89,10 +91,11 @@ class SQLiteRows:
                 where = f"WHERE row IN ({_marks(len(part))})"
                 found = conn.execute(f"SELECT vec FROM children {where}", part).fetchall()  # noqa: S608
                 self.released.update(r[0] for r in found)
-                conn.execute(
-                    f"DELETE FROM proxies WHERE key IN (SELECT key FROM children {where})",  # noqa: S608
-                    part,
-                )
+                keys = conn.execute(f"SELECT key FROM children {where}", part).fetchall()  # noqa: S608
+                proxies = [key for (key,) in keys if is_proxy_key(key)]
+                if proxies:  # written with their table
+                    sql = f"DELETE FROM proxies WHERE key IN ({_marks(len(proxies))})"  # noqa: S608
+                    conn.execute(sql, proxies)
                 conn.execute(f"DELETE FROM children {where}", part)  # noqa: S608
             if self.lexical is not None:
                 self.lexical.remove(conn, rows)
@@ -102,7 +105,7 @@ class SQLiteRows:
         with self.db.write() as conn:
             self.released.update(r[0] for r in conn.execute("SELECT vec FROM children"))
             conn.execute("DELETE FROM children")
-            conn.execute("DELETE FROM proxies")
+            conn.execute("DROP TABLE IF EXISTS proxies")
             if self.lexical is not None:
                 self.lexical.clear(conn)
 
