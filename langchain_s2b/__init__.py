@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from langchain_s2b.core.budget import estimate_tokens
     from langchain_s2b.core.ingest import IndexingResult
+    from langchain_s2b.core.proxies import Proxy
     from langchain_s2b.core.splitters import SentenceSplitter
     from langchain_s2b.core.tree import Level
     from langchain_s2b.expander import SentenceWindowExpander, WindowSplitter
@@ -26,6 +27,7 @@ __all__ = [
     "FaissIndex",
     "IndexingResult",
     "Level",
+    "Proxy",
     "SentenceSplitter",
     "SentenceWindowExpander",
     "SmallToBigRetriever",
@@ -39,6 +41,7 @@ _HOMES = {
     "FaissIndex": "langchain_s2b.store.vectors",
     "IndexingResult": "langchain_s2b.core.ingest",
     "Level": "langchain_s2b.core.tree",
+    "Proxy": "langchain_s2b.core.proxies",
     "SentenceSplitter": "langchain_s2b.core.splitters",
     "SentenceWindowExpander": "langchain_s2b.expander",
     "SmallToBigRetriever": "langchain_s2b.retriever",

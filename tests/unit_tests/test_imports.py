@@ -5,6 +5,7 @@ EXPECTED_ALL = [
     "FaissIndex",
     "IndexingResult",
     "Level",
+    "Proxy",
     "SentenceSplitter",
     "SentenceWindowExpander",
     "SmallToBigRetriever",
