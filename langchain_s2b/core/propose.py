@@ -31,14 +31,13 @@ here (:func:`parse`), so a parsing fix needs no new call.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_s2b.core.junk import is_junk
 from langchain_s2b.core.proxies import Proxy
-from langchain_s2b.core.situate import DOCUMENT_CHARS, text_digest, window
+from langchain_s2b.core.situate import DOCUMENT_CHARS, prompt_key, text_digest, window
 from langchain_s2b.core.tree import Node, Tree
 
 PROXY_KINDS = {"propositions": "proposition", "summaries": "summary", "questions": "question"}
@@ -115,14 +114,7 @@ def cache_key(
     kind: str, model: str, document_digest: str, piece: str, shown: tuple[int, int] | None = None
 ) -> str:
     """The cache key of one piece's proxies of ``kind`` (see the module docstring)."""
-    h = hashlib.sha256()
-    parts = [PROMPT_VERSIONS[kind], model, document_digest]
-    if shown is not None:
-        parts.append(f"window {shown[0]}:{shown[1]}")
-    for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
-    h.update(piece.encode("utf-8", "surrogatepass"))
-    return f"s2b-proxy/{h.hexdigest()}"
+    return prompt_key("s2b-proxy", PROMPT_VERSIONS[kind], model, document_digest, piece, shown)
 
 
 @dataclass(frozen=True)

@@ -81,14 +81,30 @@ def cache_key(
     ``shown``: the window of a long document the prompt shows (``None``: all of it;
     a short document's keys are those it always had).
     """
+    return prompt_key("s2b-context", PROMPT_VERSION, model, document_digest, piece, shown)
+
+
+def prompt_key(
+    prefix: str,
+    version: str,
+    model: str,
+    document_digest: str,
+    piece: str,
+    shown: tuple[int, int] | None = None,
+) -> str:
+    """``<prefix>/`` and the SHA-256 of what a model is shown.
+
+    That is the prompt's version, the model, the document, the window shown
+    of a long one, and the piece (contexts and proxies alike).
+    """
     h = hashlib.sha256()
-    parts = [PROMPT_VERSION, model, document_digest]
+    parts = [version, model, document_digest]
     if shown is not None:
         parts.append(f"window {shown[0]}:{shown[1]}")
     for part in parts:
         h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
     h.update(piece.encode("utf-8", "surrogatepass"))
-    return f"s2b-context/{h.hexdigest()}"
+    return f"{prefix}/{h.hexdigest()}"
 
 
 @dataclass(frozen=True)
