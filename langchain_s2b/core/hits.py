@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
@@ -217,7 +218,23 @@ def dedupe_hits(hits: Sequence[C]) -> list[C]:
     out = list(best.values())
     if all(a.score > b.score for a, b in pairwise(out)):
         return out  # already best first, no ties to order (a search's usual answer)
-    return sorted(out, key=lambda h: (-h.score, base_source_key(h.source_key), h.split_id))
+    out.sort(key=_SCORE_OF, reverse=True)  # stable; then each group of equal scores in order
+    i = 0
+    while i < len(out):
+        j = i + 1
+        while j < len(out) and out[j].score == out[i].score:
+            j += 1
+        if j - i > 1:
+            out[i:j] = sorted(out[i:j], key=_document_order)
+        i = j
+    return out
+
+
+_SCORE_OF = attrgetter("score")
+
+
+def _document_order(hit: Candidate) -> tuple[str, int]:
+    return base_source_key(hit.source_key), hit.split_id
 
 
 @dataclass

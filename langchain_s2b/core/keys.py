@@ -77,6 +77,8 @@ def generation_key(source_key: str, generation: int) -> str:
 
 def split_generation(node_source_key: str) -> tuple[str, int]:
     """``(source key, generation)`` of a node's source key (inverse of :func:`generation_key`)."""
+    if _GENERATION not in node_source_key:  # generation 0: most keys, no pattern to match
+        return node_source_key, 0
     match = _GENERATION_KEY.match(node_source_key)
     if match is None:
         return node_source_key, 0

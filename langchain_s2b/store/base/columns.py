@@ -55,7 +55,7 @@ class Shapes:
         """Every shape as JSON text, by index (what is saved)."""
         self._index: dict[str, int] = {}
         self._parsed: dict[int, tuple[dict[str, Any], tuple[str, ...], bool]] = {}
-        self._prefixes: dict[int, str | None] = {}
+        self._places: dict[int, tuple[str, str] | None] = {}
         self._last: _Sibling | None = None
         self._batch = False
 
@@ -148,20 +148,26 @@ class Shapes:
         return found
 
     def node_key(self, shape: int, split_id: int) -> str | None:
-        """``<source_key>/<level>/<split_id>`` when the shape names both, else ``None``.
+        """``<source_key>/<level>/<split_id>`` when the shape names both, else ``None``."""
+        place = self.node_place(shape)
+        return None if place is None else f"{place[0]}{split_id}"
 
-        Each shape's ``<source_key>/<level>/`` is kept apart from the templates'
-        bounded cache: a query reads ~100 keys of as many shapes (issue 34).
+    def node_place(self, shape: int) -> tuple[str, str] | None:
+        """``(<source_key>/<level>/, source_key)`` when the shape names both, else ``None``.
+
+        Kept per shape apart from the templates' bounded cache: a query reads
+        ~100 keys of as many shapes (issue 34).
         """
-        prefix = self._prefixes.get(shape, False)
-        if prefix is False:
+        place = self._places.get(shape, False)
+        if place is False:
             template, varying, keyed = self.template(shape)
-            prefix = self._prefixes[shape] = (
-                f"{template['source_key']}/{template['level']}/"
+            source = template.get("source_key")
+            place = self._places[shape] = (
+                (f"{source}/{template['level']}/", str(source))
                 if keyed and "split_id" in varying
                 else None
             )
-        return None if prefix is None else f"{prefix}{split_id}"
+        return place
 
 
 def _pairs(text: str, shape: int) -> list[list[Any]]:

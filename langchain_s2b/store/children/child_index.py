@@ -379,14 +379,16 @@ def _faiss_hits(
     filled = len(rows_list) - rows_list.count(-1)
     if flt is None:  # unread, by node key (issue 34); a row under a key of its own is read now
         # and so is a proxy's (its covers are read from it: issue 35)
-        keys = [k if k is None or not is_proxy_key(k) else None for k in index.node_keys(rows_list)]
-        own = [row for row, key in zip(rows_list, keys, strict=True) if key is None and row >= 0]
+        places = [
+            p if p is None or not is_proxy_key(p[0]) else None for p in index.node_places(rows)
+        ]
+        own = [row for row, p in zip(rows_list, places, strict=True) if p is None and row >= 0]
         templates = dict(zip(own, index.parsed(own, _hit_template), strict=True))
         new = tuple.__new__
         hits: list[Candidate] = []
-        for score, row, key in zip(scores.tolist(), rows_list, keys, strict=True):
-            if key is not None:
-                hits.append(Scored.of(key, score))
+        for score, row, p in zip(scores.tolist(), rows_list, places, strict=True):
+            if p is not None:
+                hits.append(new(Scored, (p[0], score, p[1], p[2], None)))
             elif (t := templates.get(row)) is not None:
                 hits.append(new(Hit, (*t[0], score, *t[1])))
         return hits, filled < depth

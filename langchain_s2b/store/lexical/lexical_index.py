@@ -242,20 +242,18 @@ class LexicalIndex:
         with engine_errors():
             searcher = self._index.searcher()  # one snapshot for every round
 
-        addresses: dict[tuple[int, int], Any] = {}
-
-        def search(depth: int) -> list[tuple[float, tuple[int, int]]]:
+        def search(depth: int) -> list[tuple[float, Any]]:
             with engine_errors():
-                found = searcher.search(q, depth).hits
-            addresses.update(((a.segment_ord, a.doc), a) for _, a in found)
-            return [(score, (a.segment_ord, a.doc)) for score, a in found]
+                return searcher.search(q, depth).hits  # type: ignore[no-any-return]
 
-        def read(at: tuple[int, int]) -> tuple[str, dict[str, Any]]:
+        def read(addresses: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
+            doc = searcher.doc
             with engine_errors():  # the key only, unless a ``keep`` reads the metadata
-                doc = searcher.doc(addresses[at])
-            return str(doc[_KEY][0]), {} if keep is None else _meta_of(doc)
+                if keep is None:
+                    return [(str(doc(at)[_KEY][0]), {}) for at in addresses]
+                return [(str(d[_KEY][0]), _meta_of(d)) for d in map(doc, addresses)]
 
-        return top_by_key(search, read, n, keep)
+        return top_by_key(search, read, n, keep, ident=_address)
 
     def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
         """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key.
@@ -507,3 +505,8 @@ def _entry(doc: Any) -> Entry:
 def _well_formed(text: str) -> str:
     """``text`` with lone surrogates (not encodable, never letters) replaced by ``?``."""
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _address(address: Any) -> tuple[int, int]:
+    """A tantivy document address as a value (its objects compare by identity)."""
+    return (address.segment_ord, address.doc)

@@ -8,55 +8,67 @@ never depends on that history.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from operator import itemgetter
 from typing import Any
 
 Hits = Sequence[tuple[float, Any]]
 """An engine's answer: ``(score, address)``, best first."""
+Read = Callable[[Sequence[Any]], list[tuple[str, dict[str, Any]]]]
+"""Leaves' ``(key, metadata)`` at these addresses, in their order."""
+
+_KEY, _SCORE = itemgetter(0), itemgetter(1)
 
 
 def top_by_key(
     search: Callable[[int], Hits],
-    read: Callable[[Any], tuple[str, dict[str, Any]]],
+    read: Read,
     n: int,
     keep: Callable[[str, dict[str, Any]], bool] | None = None,
+    *,
+    ident: Callable[[Any], Hashable] = lambda address: address,
 ) -> list[tuple[str, float]]:
     """The ``n`` best ``(key, score)``, best first, equal scores by key.
 
     ``search(depth)`` is asked for ``2n + 1`` first; while the ``n``-th score
     is still the lowest it returned, equal ones may lie past it, so it goes
-    twice as deep. ``read(address)`` gives a leaf's key and metadata; only the
-    leaves that can come back (the ``n`` best and every leaf tied with the
-    ``n``-th) are read, each once. With ``keep``, only leaves for which
-    ``keep(key, metadata)`` holds count, and the search goes deeper until ``n``
-    are kept or no more match.
+    twice as deep. ``read(addresses)`` gives their leaves' keys and metadata, in
+    one call per round; only the leaves that can come back (the ``n`` best and
+    every leaf tied with the ``n``-th) are read, each once. With ``keep``, only
+    leaves for which ``keep(key, metadata)`` holds count, and the search goes
+    deeper until ``n`` are kept or no more match (``ident(address)`` names a
+    leaf across rounds, so none is read twice).
     """
     depth = 2 * n + 1  # ties at the cut are common in BM25: one round mostly suffices
-    known: dict[Any, tuple[str, dict[str, Any]]] = {}
-
-    def read_once(address: Any) -> tuple[str, dict[str, Any]]:
-        got = known.get(address)
-        if got is None:
-            got = known[address] = read(address)
-        return got
-
+    if keep is None:
+        while True:
+            found = search(depth)
+            if len(found) < depth or found[n - 1][0] > found[-1][0]:
+                break
+            depth *= 2  # equal scores may lie past the cut
+        cut = found[min(n, len(found)) - 1][0] if found else 0.0
+        chosen = [hit for hit in found if hit[0] >= cut]  # best first: the n best and their ties
+        read_all = read([address for _, address in chosen])
+        return _by_key([(got[0], float(s)) for got, (s, _) in zip(read_all, chosen, strict=True)], n)
+    known: dict[Hashable, tuple[str, dict[str, Any]]] = {}
     while True:
         found = search(depth)
         every = len(found) < depth  # every match returned
-        if keep is None:
-            if not every and found[n - 1][0] <= found[-1][0]:
-                depth *= 2  # equal scores may lie past the cut
-                continue
-            cut = found[min(n, len(found)) - 1][0] if found else 0.0
-            pairs = [(read_once(a)[0], float(s)) for s, a in found if s >= cut]
-            pairs.sort(key=lambda pair: (-pair[1], pair[0]))
-            return pairs[:n]
+        new = {ident(a): a for _, a in found if ident(a) not in known}
+        known.update(zip(new, read(list(new.values())), strict=True))
         pairs = []
         for score, address in found:
-            key, meta = read_once(address)
+            key, meta = known[ident(address)]
             if keep(key, meta):
                 pairs.append((key, float(score)))
-        pairs.sort(key=lambda pair: (-pair[1], pair[0]))
+        pairs = _by_key(pairs, len(pairs))
         if every or (len(pairs) >= n and pairs[n - 1][1] > found[-1][0]):
             return pairs[:n]  # the n-th scores above every leaf left out: no tie at the cut
         depth *= 2
+
+
+def _by_key(pairs: list[tuple[str, float]], n: int) -> list[tuple[str, float]]:
+    """The first ``n`` of ``(key, score)`` by score, best first, equal scores by key."""
+    pairs.sort(key=_KEY)
+    pairs.sort(key=_SCORE, reverse=True)  # stable: equal scores stay by key
+    return pairs[:n]

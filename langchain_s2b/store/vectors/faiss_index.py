@@ -176,8 +176,8 @@ class FaissIndex(FaissWrites, FaissSaves):
                 cache.update(made)
             return [made[row] if row in made else cache.get(row) for row in rows]
 
-    def node_keys(self, rows: Sequence[int]) -> list[str | None]:
-        """Per search row, its node key when the row is read from it alone, else ``None``.
+    def node_places(self, rows: np.ndarray) -> list[tuple[str, str, int] | None]:
+        """Per search row, ``(node key, source key, split id)`` when the row is read from it alone.
 
         ``None`` for ``-1``, a deleted row, a row stored under a key of its own
         (not the node key its metadata names), and every row of a database's
@@ -187,7 +187,7 @@ class FaissIndex(FaissWrites, FaissSaves):
             held = self._rows
             if not isinstance(held, Records):
                 return [None] * len(rows)
-            return [None if row < 0 else held.node_key(row) for row in rows]
+            return held.node_places(rows)
 
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
         """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
