@@ -69,6 +69,7 @@ def fuse(
         raise ValueError(msg)
     zl = dict(zip([k for k, _ in lexical], z_scores([s for _, s in lexical]), strict=True))
     floor = min(zl.values(), default=0.0)
-    fused = [(key, z + weight * zl.get(key, floor)) for key, z in dense_z.items()]
-    position = {key: i for i, key in enumerate(dense_z)}
-    return sorted(fused, key=lambda pair: (-pair[1], position[pair[0]]))
+    keys = list(dense_z)
+    fused = [z + weight * zl.get(key, floor) for key, z in dense_z.items()]
+    order = sorted(range(len(keys)), key=fused.__getitem__, reverse=True)  # stable: ties in order
+    return [(keys[i], fused[i]) for i in order]

@@ -106,9 +106,10 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         scores += [found.tied] * (min(depth, STATS_DEPTH) - len(scores))
     scale = scale_of(scores)
     last = None if found.exhausted else _lowest_left_out(searched, found)
-    hits = dedupe_hits(expand(searched))
+    proxied = any(isinstance(c, Hit) and c.covers is not None for c in searched)
+    hits = dedupe_hits(expand(searched)) if proxied else searched
     if not params.hybrid:
-        relevance = {hit.key: scale.z(hit.score) for hit in hits}
+        relevance = dict(zip([h.key for h in hits], scale.zs(h.score for h in hits), strict=True))
         bound = None if last is None or last <= 0 else scale.z(last)
         return Ranked(hits, relevance, None, scale, found.exhausted, last, bound)
     lexical = yield from ask(SearchText(query, TOP_N, params.filter))
@@ -120,16 +121,17 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         more = [scored[key] for key in missing if key in scored]
         proxies.update((hit.key, hit) for hit in more)
         by_key = {hit.key: hit for hit in dedupe_hits(expand([*hits, *more]))}
-    lexical = expand_lexical(lexical, proxies)
+    if proxies or missing:
+        lexical = expand_lexical(lexical, proxies)
     missing = [key for key, _ in lexical if key not in by_key]
     if missing:
         scored = yield from ask(LeafHits(missing, params.filter, vector))
         by_key.update((key, scored[key]) for key in missing if key in scored)  # BM25's order
-    dense_z = {key: scale.z(hit.score) for key, hit in by_key.items()}
+    dense_z = dict(zip(by_key, scale.zs(hit.score for hit in by_key.values()), strict=True))
     kept = [(key, s) for key, s in lexical if key in by_key]
     order = fuse(dense_z, kept, LEXICAL_WEIGHT)
     fused_scale = scale_of([score for _, score in order])
-    relevance = {key: fused_scale.z(score) for key, score in order}
+    relevance = dict(zip([k for k, _ in order], fused_scale.zs(s for _, s in order), strict=True))
     bound = None
     if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
         floor = min(z_scores([s for _, s in kept]), default=0.0)

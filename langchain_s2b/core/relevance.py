@@ -22,7 +22,7 @@ evidence) never changes a hit's relevance.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_s2b.core.hits import C
@@ -41,6 +41,13 @@ class Scale:
     def z(self, score: float) -> float:
         """``(score - mean) / std``; 0 when the scores did not spread at all."""
         return (score - self.mean) / self.std if self.std > 0 else 0.0
+
+    def zs(self, scores: Iterable[float]) -> list[float]:
+        """:meth:`z` of each score (the same floats, in one pass)."""
+        mean, std = self.mean, self.std
+        if std > 0:
+            return [(score - mean) / std for score in scores]
+        return [0.0 for _ in scores]
 
 
 def scale_of(scores: Sequence[float], depth: int = STATS_DEPTH) -> Scale:

@@ -158,15 +158,15 @@ class Shapes:
         Kept per shape apart from the templates' bounded cache: a query reads
         ~100 keys of as many shapes (issue 34).
         """
-        place = self._places.get(shape, False)
-        if place is False:
-            template, varying, keyed = self.template(shape)
-            source = template.get("source_key")
-            place = self._places[shape] = (
-                (f"{source}/{template['level']}/", str(source))
-                if keyed and "split_id" in varying
-                else None
-            )
+        if shape in self._places:
+            return self._places[shape]
+        template, varying, keyed = self.template(shape)
+        source = template.get("source_key")
+        place = self._places[shape] = (
+            (f"{source}/{template['level']}/", str(source))
+            if keyed and "split_id" in varying
+            else None
+        )
         return place
 
 

@@ -49,7 +49,8 @@ def top_by_key(
         cut = found[min(n, len(found)) - 1][0] if found else 0.0
         chosen = [hit for hit in found if hit[0] >= cut]  # best first: the n best and their ties
         read_all = read([address for _, address in chosen])
-        return _by_key([(got[0], float(s)) for got, (s, _) in zip(read_all, chosen, strict=True)], n)
+        pairs = [(got[0], float(s)) for got, (s, _) in zip(read_all, chosen, strict=True)]
+        return _by_key(pairs, n)
     known: dict[Hashable, tuple[str, dict[str, Any]]] = {}
     while True:
         found = search(depth)
