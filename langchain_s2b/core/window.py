@@ -75,26 +75,30 @@ def _spans(
     """
     spans: list[tuple[int, int, int, list[int]]] = []
     by_source: dict[str, list[tuple[int, int, int]]] = {}  # per source: (lo, hi, span)
+    full = limit is not None and limit <= 0
     for i, hit in enumerate(hits):
         split = hit.split_id
-        mine = by_source.setdefault(hit.source_key, []) if coalesce else []
-        home = _home(mine, split)
-        if home is not None:
-            if hit.score > 0:  # a child that shares nothing with the query is no match
-                spans[home][3].append(i)
-            continue
-        if limit is not None and len(spans) >= limit:
-            if coalesce:
+        mine = by_source.get(hit.source_key) if coalesce else None
+        if mine:
+            home = _home(mine, split)
+            if home is not None:
+                if hit.score > 0:  # a child that shares nothing with the query is no match
+                    spans[home][3].append(i)
                 continue
+        if full:
+            if coalesce:
+                continue  # no new window: only the matches of those placed are left to find
             break
         lo, hi = max(0, split - before), split + after
-        for other_lo, other_hi, _ in mine:
+        for other_lo, other_hi, _ in mine or ():
             if other_hi < split:
                 lo = max(lo, other_hi + 1)
             else:
                 hi = min(hi, other_lo - 1)
-        mine.append((lo, hi, len(spans)))
+        if coalesce:
+            by_source.setdefault(hit.source_key, []).append((lo, hi, len(spans)))
         spans.append((i, lo, hi, []))
+        full = limit is not None and len(spans) >= limit
     return spans
 
 
