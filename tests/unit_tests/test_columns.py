@@ -175,6 +175,16 @@ class TestRecords:
             else:
                 assert _same(got[2], meta)
             assert records.row(key) == row
+        # issue 34: a search's rows placed in one pass, as each row's metadata names them
+        rows = [-1, *range(max(model, default=0) + 3)]
+        expected = []
+        for row in rows:
+            key, _, meta = model.get(row, ("", "", {}))
+            named = f"{meta.get('source_key')}/{meta.get('level')}/{meta.get('split_id')}"
+            # a row whose metadata JSON can not hold is kept whole, and read at once
+            found = row in model and key == named and _same(_json(meta), meta)
+            expected.append((key, meta["source_key"], meta["split_id"]) if found else None)
+        assert records.node_places(np.asarray(rows, dtype=np.int64)) == expected
 
     def test_a_file_naming_rows_past_the_next_id_is_refused(self, tmp_path: Path) -> None:
         records = Records()

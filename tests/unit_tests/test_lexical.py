@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core.fusion import z_fuse, z_scores
+from langchain_s2b.core.fusion import fuse, z_fuse, z_scores
+from langchain_s2b.core.hits import Scored, dedupe_hits
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.ranking import ranked as rank
 from langchain_s2b.core.requests import Search, ask
@@ -20,8 +23,46 @@ from langchain_s2b.store.lexical.lexical_index import LexicalIndex, query_terms
 
 from ._embeddings import BagOfWords
 
+SCORE = st.sampled_from([-1.0, 0.0, 0.25, 0.5, 1.0, 2.0])  # few values: many ties
+KEYS = st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8)
+
 
 class TestFusion:
+    @given(keys=KEYS, data=st.data(), weight=st.sampled_from([0.0, 0.3, 1.0]))
+    def test_fuse_matches_the_definition(
+        self, keys: list[str], data: st.DataObject, weight: float
+    ) -> None:
+        """Issue 34 rewrote the sort: the same keys, scores and tie order as the definition."""
+        dense = {key: data.draw(SCORE) for key in keys}
+        lexical = [(k, data.draw(SCORE)) for k in data.draw(KEYS)]
+        zl = dict(zip([k for k, _ in lexical], z_scores([s for _, s in lexical]), strict=True))
+        low = min(zl.values(), default=0.0)
+        place = {key: i for i, key in enumerate(dense)}
+        expected = sorted(
+            ((k, z + weight * zl.get(k, low)) for k, z in dense.items()),
+            key=lambda pair: (-pair[1], place[pair[0]]),
+        )
+        assert fuse(dense, lexical, weight) == expected
+
+    @given(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "a.g2", "b.g1"]), st.integers(0, 3), SCORE),
+            max_size=12,
+        )
+    )
+    def test_dedupe_keeps_each_best_and_orders_ties_by_document(
+        self, found: list[tuple[str, int, float]]
+    ) -> None:
+        hits = [Scored(f"{src}/s/{split}", score, src, split) for src, split, score in found]
+        best: dict[str, Scored] = {}
+        for hit in hits:
+            if hit.key not in best or hit.score > best[hit.key].score:
+                best[hit.key] = hit
+        expected = sorted(
+            best.values(), key=lambda h: (-h.score, h.source_key.split(".g")[0], h.split_id)
+        )
+        assert dedupe_hits(hits) == expected
+
     def test_z_scores(self) -> None:
         assert z_scores([1.0, 3.0]) == [-1.0, 1.0]
         assert z_scores([2.0, 2.0, 2.0]) == [0.0, 0.0, 0.0]
