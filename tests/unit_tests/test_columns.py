@@ -185,6 +185,11 @@ class TestRecords:
             found = row in model and key == named and _same(_json(meta), meta)
             expected.append((key, meta["source_key"], meta["split_id"]) if found else None)
         assert records.node_places(np.asarray(rows, dtype=np.int64)) == expected
+        held = {
+            model[r][0]: (r, place) for r, place in zip(rows, expected, strict=True) if r in model
+        }
+        asked = [*held, "a/sentence/99", "zz/sentence/0", "other:a:0", "a/sentence/01"]
+        assert records.node_rows(asked) == [held.get(key, (-1, None)) for key in asked]
 
     def test_a_file_naming_rows_past_the_next_id_is_refused(self, tmp_path: Path) -> None:
         records = Records()

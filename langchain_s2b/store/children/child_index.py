@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from langchain_core.documents import Document
@@ -169,11 +169,13 @@ class ChildIndex(ChildWrites):
         if index is None:
             pairs = self._search_generic(vector, "", len(keys), _only(keys, flt))
             return _wanted(keys, [hit_from_child(doc, score) for doc, score in pairs])
-        rows = [row for row in index.rows_of(keys) if row >= 0]
+        held = [(row, place) for row, place in index.node_rows(keys) if row >= 0]
+        rows = [row for row, _ in held]
         scores = index.scores_of(_query_row(vector), rows)
         if scores is None:
             return {}
-        hits, _ = _faiss_hits(index, scores, np.asarray(rows, dtype=np.int64), flt, 0)
+        at = np.asarray(rows, dtype=np.int64)
+        hits, _ = _faiss_hits(index, scores, at, flt, 0, [place for _, place in held])
         return _wanted(keys, hits)
 
     async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Candidate]:
@@ -367,36 +369,47 @@ def _listable(store: Any) -> set[str] | None:
 
 
 def _faiss_hits(
-    index: FaissIndex, scores: np.ndarray, rows: np.ndarray, flt: Any, depth: int
+    index: FaissIndex,
+    scores: np.ndarray,
+    rows: np.ndarray,
+    flt: Any,
+    depth: int,
+    places: Sequence[tuple[str, str, int] | None] | None = None,
 ) -> tuple[list[Candidate], bool]:
     """One query's FAISS result row as hits (rows deleted since, or filtered out, skipped).
 
     Also says whether the search reached every child it can: FAISS filled
     fewer than ``depth`` slots (an IVF index probes only some lists, so going
-    deeper would find nothing new).
+    deeper would find nothing new). ``places``: the rows' node places, when
+    known (:meth:`FaissIndex.node_rows`).
     """
     rows_list = rows.tolist()
     filled = len(rows_list) - rows_list.count(-1)
     if flt is None:  # unread, by node key (issue 34); a row under a key of its own is read now
         # and so is a proxy's (its covers are read from it: issue 35)
-        places = [
-            p if p is None or not is_proxy_key(p[0]) else None for p in index.node_places(rows)
-        ]
-        own = [row for row, p in zip(rows_list, places, strict=True) if p is None and row >= 0]
-        templates = dict(zip(own, index.parsed(own, _hit_template), strict=True))
+        if places is None:
+            places = index.node_places(rows)
         new = tuple.__new__
-        hits: list[Candidate] = []
+        hits: list[Candidate | None] = []
+        own: list[tuple[int, int, float]] = []  # (place in ``hits``, row, score): read now
         for score, row, p in zip(scores.tolist(), rows_list, places, strict=True):
-            if p is not None:
+            if p is not None and not is_proxy_key(p[0]):
                 hits.append(new(Scored, (p[0], score, p[1], p[2], None)))
-            elif (t := templates.get(row)) is not None:
-                hits.append(new(Hit, (*t[0], score, *t[1])))
-        return hits, filled < depth
-    hits = []
+            elif row >= 0:
+                own.append((len(hits), row, score))
+                hits.append(None)
+        if not own:
+            return cast("list[Candidate]", hits), filled < depth  # no None in it
+        templates = index.parsed([row for _, row, _ in own], _hit_template)
+        for (i, _, score), t in zip(own, templates, strict=True):
+            if t is not None:
+                hits[i] = new(Hit, (*t[0], score, *t[1]))
+        return [hit for hit in hits if hit is not None], filled < depth
+    read: list[Candidate] = []
     for score, found in zip(scores.tolist(), index.records(rows_list), strict=True):
         if found is not None and matches_filter(found[2], flt):
-            hits.append(hit_from_metadata(found[2], found[1], score, found[0]))
-    return hits, filled < depth
+            read.append(hit_from_metadata(found[2], found[1], score, found[0]))
+    return read, filled < depth
 
 
 def _hit_template(

@@ -189,6 +189,14 @@ class FaissIndex(FaissWrites, FaissSaves):
                 return [None] * len(rows)
             return held.node_places(rows)
 
+    def node_rows(self, keys: Sequence[str]) -> list[tuple[int, tuple[str, str, int] | None]]:
+        """Per key, its row (``-1``: not held) and its place as :meth:`node_places` gives it."""
+        with self._lock:
+            held = self._rows
+            if not isinstance(held, Records):
+                return [(row, None) for row in map(held.row, keys)]
+            return held.node_rows(keys)
+
     def records(self, rows: Sequence[int]) -> list[tuple[str, str, dict[str, Any]] | None]:
         """``(key, text, metadata)`` per search row, under one lock (``-1``, deleted: ``None``)."""
         with self._lock:
