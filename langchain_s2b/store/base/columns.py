@@ -55,7 +55,8 @@ class Shapes:
         """Every shape as JSON text, by index (what is saved)."""
         self._index: dict[str, int] = {}
         self._parsed: dict[int, tuple[dict[str, Any], tuple[str, ...], bool]] = {}
-        self._places: dict[int, tuple[str, str] | None] = {}
+        self.places: dict[int, tuple[str, str] | None] = {}
+        """:meth:`node_place` of each shape asked for (read it directly on a hot path)."""
         self._last: _Sibling | None = None
         self._batch = False
 
@@ -158,11 +159,11 @@ class Shapes:
         Kept per shape apart from the templates' bounded cache: a query reads
         ~100 keys of as many shapes (issue 34).
         """
-        if shape in self._places:
-            return self._places[shape]
+        if shape in self.places:
+            return self.places[shape]
         template, varying, keyed = self.template(shape)
         source = template.get("source_key")
-        place = self._places[shape] = (
+        place = self.places[shape] = (
             (f"{source}/{template['level']}/", str(source))
             if keyed and "split_id" in varying
             else None

@@ -388,16 +388,20 @@ class Records(RecordFiles):
         ~200 of them); ``None`` where :meth:`node_key` is ``None`` (``-1`` too).
         """
         rows = np.asarray(rows, dtype=np.int64)
-        if not self._live.size:
+        if not len(rows) or not self._live.size:
             return [None] * len(rows)
-        inside = (rows >= 0) & (rows < self._live.size)
-        at = np.where(inside, rows, 0)
-        shapes = np.where(inside & self._live.data[at], self._shape.data[at], _NO_SHAPE)
-        splits = self._split.data[at]
-        named, place = self._names, self.shapes.node_place
+        at = rows
+        if rows.min() < 0 or rows.max() >= self._live.size:  # -1: an empty slot
+            at = np.where((rows >= 0) & (rows < self._live.size), rows, -1)
+        live = self._live.data[at].tolist()
+        shapes, splits = self._shape.data[at].tolist(), self._split.data[at].tolist()
+        named, places, place = self._names, self.shapes.places, self.shapes.node_place
         out: list[tuple[str, str, int] | None] = []
-        for row, shape, split in zip(rows.tolist(), shapes.tolist(), splits.tolist(), strict=True):
-            found = None if shape == _NO_SHAPE or row in named else place(shape)
+        for row, alive, shape, split in zip(at.tolist(), live, shapes, splits, strict=True):
+            if row < 0 or not alive or shape == _NO_SHAPE or row in named:
+                out.append(None)
+                continue
+            found = places[shape] if shape in places else place(shape)
             out.append(None if found is None else (f"{found[0]}{split}", found[1], split))
         return out
 
