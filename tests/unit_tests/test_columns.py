@@ -261,7 +261,17 @@ class TestNodeStore:
         where = tmp_path_factory.mktemp("nodes")
         store.write(where)
         again = NodeStore.read(where)
-        self._check(again, {k: _as_json(d) for k, d in model.items()})
+        model = {k: _as_json(d) for k, d in model.items()}
+        self._check(again, model)
+        more = data.draw(node_batches())  # a store read back takes writes as any other
+        again.mset(more)
+        model.update(more)
+        if model:
+            gone = data.draw(st.lists(st.sampled_from(sorted(model)), unique=True))
+            again.mdelete(gone)
+            for key in gone:
+                del model[key]
+        self._check(again, model)
 
     @staticmethod
     def _check(store: NodeStore, model: dict[str, Document]) -> None:
