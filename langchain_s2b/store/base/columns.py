@@ -53,7 +53,8 @@ class Shapes:
     def __init__(self) -> None:
         self.texts: list[str] = []
         """Every shape as JSON text, by index (what is saved)."""
-        self._index: dict[str, int] = {}
+        self._index: dict[str, int] | None = {}
+        """Each shape's index by its text; read back from a file, made at the first write."""
         self._parsed: dict[int, tuple[dict[str, Any], tuple[str, ...], bool]] = {}
         self.places: dict[int, tuple[str, str] | None] = {}
         """:meth:`node_place` of each shape asked for (read it directly on a hot path)."""
@@ -68,7 +69,7 @@ class Shapes:
         """Shapes read back from :attr:`texts` (checked when first decoded)."""
         shapes = cls()
         shapes.texts = list(texts)
-        shapes._index = {text: i for i, text in enumerate(shapes.texts)}
+        shapes._index = None  # a store opened to be read never needs it (issue 34)
         return shapes
 
     @contextmanager
@@ -111,6 +112,8 @@ class Shapes:
             return None
         if json.loads(text) != pairs:  # a tuple, a nested non-string key ... would change
             return None
+        if self._index is None:
+            self._index = {shape: i for i, shape in enumerate(self.texts)}
         found_shape = self._index.get(text)
         if found_shape is None:
             found_shape = self._index[text] = len(self.texts)
