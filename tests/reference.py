@@ -119,7 +119,7 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.keys import encode_source_key, node_key
 from langchain_s2b.core.splitters import SentenceSplitter
-from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.lexical.analyzer import analyze
 
 Spans = Callable[[str], list[tuple[int, int]]]
 """A level's exact splitting: text -> raw spans (before tiling)."""

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from langchain_s2b import SmallToBigRetriever
 from langchain_s2b.core.splitters import size_splitter
 from langchain_s2b.store.children.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.lexical.analyzer import analyze
 from langchain_s2b.store.lexical.pg_lexical import hex_terms
 from tests.unit_tests._embeddings import BagOfWords
 

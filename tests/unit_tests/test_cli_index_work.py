@@ -70,7 +70,7 @@ def test_the_planning_pass_splits_like_a_hybrid_retriever_without_a_bm25_index(
     recorder = _Recorder()
     SmallToBigRetriever(vectorstore=FaissIndex(recorder), mode="multilevel").add_documents(docs)
     made = _Count(lexical_index.LexicalIndex)
-    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_index.LexicalIndex", made)
+    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_lexical.LexicalIndex", made)
     monkeypatch.setattr("langchain_s2b.store.vectors.faiss_writes.LexicalIndex", made)
     monkeypatch.setattr("langchain_s2b.store.children.hybrid_index.LexicalIndex", made)
     assert leaf_texts(docs) == recorder.texts  # same chunks, same order as the store embeds
@@ -89,7 +89,7 @@ def test_index_and_delete_make_the_model_once_and_no_bm25_index(
     made = _Count(models.make_embedding)
     lexical = _Count(lexical_index.LexicalIndex)
     monkeypatch.setattr(models, "make_embedding", made)
-    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_index.LexicalIndex", lexical)
+    monkeypatch.setattr("langchain_s2b.store.vectors.faiss_lexical.LexicalIndex", lexical)
     monkeypatch.setattr("langchain_s2b.store.vectors.faiss_writes.LexicalIndex", lexical)
     monkeypatch.setattr("langchain_s2b.store.children.hybrid_index.LexicalIndex", lexical)
 

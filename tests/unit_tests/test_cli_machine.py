@@ -109,7 +109,7 @@ from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.store import sqlite
-from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.lexical.analyzer import analyze
 from langchain_s2b.store.sqlite import sqlite_lexical
 from langchain_s2b.store.sqlite.database import Database
 from langchain_s2b.store.sqlite.index_file import index_file

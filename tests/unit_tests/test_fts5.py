@@ -33,7 +33,7 @@ from langchain_s2b.cli.index_dir import open_store
 from langchain_s2b.embeddings import HashingEmbeddings
 from langchain_s2b.store import sqlite
 from langchain_s2b.store.lexical import lexical_index
-from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.lexical.analyzer import analyze
 from langchain_s2b.store.sqlite.database import Database
 from langchain_s2b.store.sqlite.sqlite_lexical import SQLiteLexical, terms_of
 

@@ -19,7 +19,8 @@ from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.ranking import ranked as rank
 from langchain_s2b.core.requests import Search, ask
 from langchain_s2b.store.children.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical.lexical_index import LexicalIndex, query_terms
+from langchain_s2b.store.lexical.analyzer import query_terms
+from langchain_s2b.store.lexical.lexical_index import LexicalIndex
 
 from ._embeddings import BagOfWords
 
@@ -100,6 +101,8 @@ def leaf(key: str, text: str) -> tuple[str, str, dict[str, object]]:
     return key, text, {"n": len(text)}
 
 
+WORDS = ["rollo norse", "normandy france", "duke ruled", "walrus tusks", "rollo duke"]
+
 CORPUS = [
     leaf("s/0", "The Normans were a people of Normandy in France."),
     leaf("s/1", "Rollo was their first ruler; Rollo signed a treaty."),
@@ -132,6 +135,9 @@ class _CountedSearcher:
     def doc(self, address: Any) -> Any:
         self.counts.docs += 1
         return self.inner.doc(address)
+
+    def __getattr__(self, name: str) -> Any:  # the row column, uncounted
+        return getattr(self.inner, name)
 
 
 def _count_searches(index: LexicalIndex) -> _Searches:
@@ -221,6 +227,62 @@ class TestLexicalIndex:
         assert [k for k, _ in index.search("rights reserved", 3)] == ["t/0", "u/0", "u/1"]
         assert (counts.n, counts.docs) == (1, 3)  # 7 deep: the 3rd scores above the 7th
 
+    @given(
+        rounds=st.lists(
+            st.lists(st.tuples(st.integers(0, 7), st.sampled_from(WORDS)), max_size=6),
+            min_size=1,
+            max_size=4,
+        ),
+        gone=st.lists(st.integers(0, 7), max_size=4),
+        query=st.lists(st.sampled_from([w.split()[0] for w in WORDS]), min_size=1, max_size=3),
+        n=st.integers(1, 9),
+    )
+    def test_keys_read_from_the_row_column_are_the_stored_keys(
+        self, rounds: list[list[tuple[int, str]]], gone: list[int], query: list[str], n: int
+    ) -> None:
+        """Issue 34: an index that keeps rows answers from its row column, as from its keys."""
+        rows_kept, plain = LexicalIndex(rows=True), LexicalIndex()
+        row_of: dict[str, int] = {}
+        next_row = 0
+        for batch in rounds:
+            entries = [leaf(f"s/{i}", text) for i, text in dict(batch).items()]
+            rows = list(range(next_row, next_row + len(entries)))
+            next_row += len(entries)
+            rows_kept.add(entries, rows)
+            plain.add(entries)
+            row_of.update((key, row) for (key, _, _), row in zip(entries, rows, strict=True))
+        dropped = [f"s/{i}" for i in gone]
+        rows_kept.delete(dropped)
+        plain.delete(dropped)
+        for key in dropped:
+            row_of.pop(key, None)
+        assert rows_kept.key_rows() == row_of
+        key_at = {row: key for key, row in row_of.items()}
+        words = " ".join(query)
+        counts = _count_searches(rows_kept)
+        found = rows_kept.search(words, n, key_of=lambda rs: [key_at.get(r) for r in rs])
+        assert counts.docs == 0  # every key from the row column: no stored document read
+        assert found == plain.search(words, n) == rows_kept.search(words, n)
+        unknown = rows_kept.search(words, n, key_of=lambda rs: [None] * len(rs))
+        assert unknown == found  # a row the caller does not know: its stored key is read
+
+    def test_an_index_that_keeps_rows_needs_one_per_leaf(self, tmp_path: Path) -> None:
+        index = LexicalIndex(rows=True)
+        with pytest.raises(ValueError, match=r"^This lexical index keeps rows: add\(\) needs 2"):
+            index.add(CORPUS[:2])
+        with pytest.raises(ValueError, match="needs 2 rows; got 1"):
+            index.add(CORPUS[:2], [0])
+        index.add(CORPUS, [5, 6, 7, 8])
+        index.save(tmp_path / "lex")
+        loaded = LexicalIndex.load(tmp_path / "lex")
+        assert loaded.rows
+        assert loaded.key_rows() == {"s/0": 5, "s/1": 6, "s/2": 7, "s/3": 8}
+        old = LexicalIndex()  # a save without rows (before issue 34) loads as one without
+        old.add(CORPUS)
+        old.save(tmp_path / "old")
+        assert not LexicalIndex.load(tmp_path / "old").rows
+        assert LexicalIndex.load(tmp_path / "old").key_rows() == dict.fromkeys(old.keys())
+
     def test_text_that_is_not_valid_unicode_is_indexed(self) -> None:
         index = LexicalIndex()
         index.add([leaf("s/9", "bad \ud800 surrogate")])
@@ -243,6 +305,8 @@ def _hybrid(**fields: object) -> SmallToBigRetriever:
 
 
 _KEYS = {f"d/sentence/{i}" for i in range(4)}
+TEXT_SENTENCES = ["Rollo led the Norse.", "Normandy is in France.", "The duke ruled.",
+                  "Walrus tusks are long."]  # fmt: skip
 
 
 def _lexical(retriever: SmallToBigRetriever) -> LexicalIndex:
@@ -290,6 +354,59 @@ class TestWithTheRetriever:
         )
         retriever.add_documents([Document(page_content="Penguins swim.", id="p")])
         assert _lexical(retriever).keys() == {*_KEYS, "p/sentence/0"}
+
+    def test_each_leaf_is_kept_with_its_row_through_writes(self) -> None:
+        """Issue 34: BM25's hits are read from the row column, so each row must be its leaf's."""
+        retriever = _hybrid()
+        store = retriever.vectorstore
+        assert isinstance(store, FaissIndex)
+        retriever.add_documents([Document(page_content="Penguins swim. Walrus too.", id="p")])
+        retriever.add_documents([Document(page_content="Only penguins now.", id="d")])
+        retriever.delete(["p"])
+        pairs = _lexical(retriever).key_rows()
+        assert pairs == {"d.g1/sentence/0": store.rows_of(["d.g1/sentence/0"])[0]}
+        assert store.search_text("penguins", 5, None) == _lexical(retriever).search("penguins", 5)
+
+    def test_verify_finds_a_leaf_kept_with_another_row_and_repair_rebuilds(self) -> None:
+        retriever = _hybrid()
+        store = retriever.vectorstore
+        assert isinstance(store, FaissIndex)
+        key = "d/sentence/3"
+        (row,) = store.rows_of([key])
+        _lexical(retriever).add([leaf(key, "Walrus tusks are long.")], [row + 100])
+        report = retriever.verify()
+        assert report.lexical_missing == [key]
+        assert not report.lexical_orphans
+        retriever.verify(repair=True)
+        assert retriever.verify().ok
+        keys = sorted(_KEYS)
+        assert _lexical(retriever).key_rows() == dict(zip(keys, store.rows_of(keys), strict=True))
+
+    def test_a_lexical_index_without_rows_or_with_rows_numbered_again(self) -> None:
+        """One saved before issue 34 (no row column) is used, read by stored key; one whose
+        rows were numbered again at load is not used (built again from the records)."""
+        retriever = _hybrid()
+        store = retriever.vectorstore
+        assert isinstance(store, FaissIndex)
+        words = ("walrus", "duke", "norse france")
+        want = {word: store.search_text(word, 5, None) for word in words}
+        old = LexicalIndex.scratch()  # keys only, no rows
+        old.add([leaf(key, text) for key, text in zip(sorted(_KEYS), TEXT_SENTENCES, strict=True)])
+        store._lexical = None
+        store.adopt_lexical(old)
+        assert store.built_lexical() is old
+        assert {word: store.search_text(word, 5, None) for word in words} == want
+        with_rows = LexicalIndex.scratch(rows=True)
+        with_rows.add([leaf(k, "x") for k in sorted(_KEYS)], [7, 8, 9, 10])  # not these rows
+        store._lexical = None
+        with pytest.raises(
+            ValueError, match=r"row column \(count, min, max, sum \(4, 7, 10, 34\)\)"
+        ):
+            store.adopt_lexical(with_rows)  # a damaged save: its hits would name other leaves
+        store._renumbered = True
+        store.adopt_lexical(with_rows)
+        assert store.built_lexical() is None  # built from the records on first use
+        assert {word: store.search_text(word, 5, None) for word in words} == want
 
     def test_hybrid_off_keeps_no_lexical_index(self) -> None:
         retriever = _hybrid(hybrid=False)

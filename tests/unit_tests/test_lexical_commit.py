@@ -16,8 +16,9 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.store.children.hybrid_index import HybridChildIndex
-from langchain_s2b.store.lexical import lexical_index
-from langchain_s2b.store.lexical.lexical_index import LexicalIndex, analyze
+from langchain_s2b.store.lexical import analyzer
+from langchain_s2b.store.lexical.analyzer import analyze
+from langchain_s2b.store.lexical.lexical_index import LexicalIndex
 
 from ._embeddings import ExactWords
 
@@ -129,7 +130,7 @@ def test_a_failed_lexical_add_leaves_the_previous_version(
     lexical_of(r)  # built before the failure
     before = r.invoke("walrus penguin", max_tokens=30)
 
-    def broken(self: LexicalIndex, entries: Any) -> None:
+    def broken(self: LexicalIndex, entries: Any, rows: Any = None) -> None:
         raise OSError("disk gone")
 
     monkeypatch.setattr(LexicalIndex, "add", broken)
@@ -146,9 +147,9 @@ def test_aadd_writes_the_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
     writes: list[int] = []
     add = LexicalIndex.add
 
-    def counting(self: LexicalIndex, entries: Any) -> None:
+    def counting(self: LexicalIndex, entries: Any, rows: Any = None) -> None:
         writes.append(len(entries))
-        add(self, entries)
+        add(self, entries, rows)
 
     monkeypatch.setattr(LexicalIndex, "add", counting)
     asyncio.run(r.aadd_documents([Document(page_content=OLD, id="z")]))
@@ -194,7 +195,7 @@ def test_the_query_analyser_is_the_engines_own(case: str) -> None:
 def test_the_analyser_folds_case_and_width_as_unicode_says() -> None:
     wide = "ＡＢＣ Straße İSTANBUL ΟΔΟΣ"  # noqa: RUF001 (full-width letters on purpose)
     assert analyze(wide) == ["abc", "strasse", "istanbul", "οδοσ"]
-    assert lexical_index.fold("ﬁ") == "fi"  # NFKC: a ligature is its letters
+    assert analyzer.fold("ﬁ") == "fi"  # NFKC: a ligature is its letters
 
 
 # filter= restricts the lexical list before it is ranked ---------------------------------

@@ -88,7 +88,7 @@ from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key, proxy_key
 from langchain_s2b.core.keys import is_manifest_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import DOC_LEVEL, Node, user_metadata
-from langchain_s2b.store.lexical.lexical_index import analyze
+from langchain_s2b.store.lexical.analyzer import analyze
 from langchain_s2b.store.nodes.node_store import NodeStore
 
 from ._chat import Situating
@@ -618,6 +618,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             for word in [*VOCAB, *MARKERS]:  # each word finds exactly the leaves that hold it
                 found = {key for key, _ in built.search(word, len(stored) + len(proxies) + 1)}
                 assert found == {k for k, text in stored.items() if word in analyze(text)}, word
+                by_row = built.search(
+                    word, len(stored) + len(proxies) + 1, key_of=index.keys_of_rows
+                )
+                assert {key for key, _ in by_row} == found, word  # keys from the row column
             if built.documents:
                 assert {k: v for k, v in built.items() if k not in proxies} == stored
         for sid, manifest in manifests.items():
@@ -675,6 +679,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert index.damage() == ([], 0)
         built = index.built_lexical()
         assert built is None or built.keys() == set(index.keys())
+        if built is not None:  # issue 34: each leaf kept with its row, as the records give it
+            pairs = built.key_rows()
+            assert pairs == dict(zip(pairs, index.rows_of(list(pairs)), strict=True))
         if not index._dead:  # saved and loaded alone (a save drops tombstones: not then)
             where = self.root / "alone"
             shutil.rmtree(where, ignore_errors=True)

@@ -228,6 +228,8 @@ class HybridChildIndex(DenseChildIndex):
         """Every leaf key the lexical index holds (for ``verify``)."""
         if self.backend is not None:
             return self.backend.lexical_keys()
+        if self.faiss is not None:
+            return self.faiss.lexical_keys()
         return self.lexical.keys()
 
     def rebuild_lexical(self, entries: list[Entry] | None) -> None:

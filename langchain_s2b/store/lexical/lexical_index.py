@@ -9,21 +9,13 @@ with the corpus while tantivy's grows with the change. It also brings its own
 on-disk format (no pickle), and it is the maintained engine behind a search
 server.
 
-**One analyser.** Text and queries go through :func:`analyze`, whatever the
-store: Unicode NFKC and case folding (final ``ς``, ``ß`` fold as the Unicode
-standard says; ``İ`` folds to ``i``), then tantivy's regex tokenizer: a run of letters,
-marks and digits is a word, and a character of a script written without
-spaces (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) is a word of its
-own. The tantivy field indexes with that very analyser, and a query's terms
-are what the same analyser makes of it, so an indexed word is always found
-(Hindi vowel signs stay in their word, a Chinese word is found by its
-characters). Every term is an optional clause, so the score is BM25
-(k1 = 1.2, b = 0.75).
+**One analyser** (:mod:`~langchain_s2b.store.lexical.analyzer`) for text and
+queries; every term is an optional clause, so the score is BM25 (k1 = 1.2, b = 0.75).
 
 Where it lives. The lexical index of a retriever's ``FaissIndex`` lives in a
 scratch directory of its own (tantivy's files, memory-mapped: the operating
 system keeps the pages it reads, the process holds no copy), holds the key of
-each leaf but not its text or metadata (the ``FaissIndex`` has them), and is
+each leaf and its row but not its text or metadata (the ``FaissIndex`` has them), and is
 committed with every write (~15 ms on this machine's disk, ~6 ms in memory).
 :meth:`LexicalIndex.save` copies its files; :meth:`LexicalIndex.load` copies
 saved files into a new scratch directory and opens them there, as they are:
@@ -42,16 +34,35 @@ import gc
 import json
 import shutil
 import tempfile
-import unicodedata
 import weakref
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.base import first_line
+from langchain_s2b.store.lexical.analyzer import (
+    _tantivy,
+    query_terms,
+)
+from langchain_s2b.store.lexical.tantivy_docs import (
+    _BODY,
+    _KEY,
+    _META,
+    _ROW,
+    _SOURCE,
+    _TEXT,
+    _WRITER_HEAP,
+    _add,
+    _address,
+    _commit,
+    _entries,
+    _entry,
+    _meta_of,
+    _new_index,
+    _register,
+)
 from langchain_s2b.store.lexical.tantivy_files import (
     _META_FILE,
     _check_footer,
@@ -63,62 +74,8 @@ from langchain_s2b.store.lexical.tantivy_files import (
 )
 from langchain_s2b.store.lexical.top import top_by_key
 
-_KEY = "key"
-_SOURCE = "source"
-_TEXT = "text"
-_BODY = "body"
-_META = "meta"
-_ANALYZER = "s2b_words"
 _LOCKS = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _MANAGED = ".managed.json"
-_WRITER_HEAP = 15_000_000
-"""Bytes of indexing memory for the one writer thread (tantivy's minimum)."""
-WORDS = (
-    r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]"
-    r"|[\p{L}\p{M}\p{N}]+"
-)
-"""What one term is (a regular expression, in tantivy's syntax)."""
-
-
-def _tantivy() -> Any:
-    try:
-        import tantivy
-    except ImportError:
-        msg = "Hybrid search needs tantivy: pip install tantivy"
-        raise ImportError(msg) from None
-    return tantivy
-
-
-@cache
-def _analyzer() -> Any:
-    tantivy = _tantivy()
-    builder = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(WORDS))
-    return builder.filter(tantivy.Filter.lowercase()).build()
-
-
-def fold(text: str) -> str:
-    """``text`` as the analyser reads it: NFKC, case-folded, lone surrogates as ``?``.
-
-    The dot that case folding leaves on a capital ``İ`` (``i`` + U+0307) goes
-    too, so ``İstanbul`` and ``istanbul`` are one word.
-    """
-    return unicodedata.normalize("NFKC", _well_formed(text)).casefold().replace("i\u0307", "i")
-
-
-def analyze(text: str) -> list[str]:
-    """The terms of ``text``, in order, as the lexical index makes them (text and queries)."""
-    terms: list[str] = _analyzer().analyze(fold(text))
-    return terms
-
-
-def query_terms(query: str) -> list[str]:
-    """The query's distinct terms, in order."""
-    return list(dict.fromkeys(analyze(query)))
-
-
-def source_of(key: str) -> str:
-    """The (generation) source key a leaf key starts with."""
-    return key.split("/", 1)[0]
 
 
 class Lexical(Protocol):
@@ -160,28 +117,43 @@ class LexicalIndex:
             removed with the object (or at exit).
         documents: also keep each leaf's text and metadata (``entries``, a
             ``keep`` filter on metadata); without them only keys are stored.
+        rows: also keep each leaf's row in its ``FaissIndex`` (given to
+            :meth:`add`), read back by a search in one columnar read instead of
+            each leaf's stored key (:meth:`search`'s ``key_of``; issue 34).
     """
 
-    def __init__(self, directory: Path | None = None, *, documents: bool = True) -> None:
+    def __init__(
+        self, directory: Path | None = None, *, documents: bool = True, rows: bool = False
+    ) -> None:
         """A new empty index, in memory or in ``directory`` (created, empty)."""
         self.documents = documents
+        self.rows = rows
         self.directory = directory
-        self._index = _new_index(directory, documents=documents)
+        self._index = _new_index(directory, documents=documents, rows=rows)
         self._schema = self._index.schema
         if directory is not None:
             weakref.finalize(self, shutil.rmtree, directory, True)
 
     @classmethod
-    def scratch(cls, *, documents: bool = False) -> LexicalIndex:
+    def scratch(cls, *, documents: bool = False, rows: bool = False) -> LexicalIndex:
         """A new empty index in a scratch directory of its own (removed with the object)."""
-        return cls(scratch_directory(), documents=documents)
+        return cls(scratch_directory(), documents=documents, rows=rows)
 
     # Writing ----------------------------------------------------------------------
 
-    def add(self, entries: Sequence[Entry]) -> None:
-        """Index leaves under their keys (a key already present is replaced); one commit."""
+    def add(self, entries: Sequence[Entry], rows: Sequence[int] | None = None) -> None:
+        """Index leaves under their keys (a key already present is replaced); one commit.
+
+        ``rows``: each leaf's row, which an index that keeps rows needs (and
+        any other ignores).
+        """
+        if self.rows and (rows is None or len(rows) != len(entries)):
+            got = "none" if rows is None else len(rows)
+            msg = f"This lexical index keeps rows: add() needs {len(entries)} rows; got {got}."
+            raise ValueError(msg)
         if entries:
-            _add(self._index, entries, replace=True, documents=self.documents)
+            kept = rows if self.rows else None
+            _add(self._index, entries, replace=True, documents=self.documents, rows=kept)
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove leaves by key, in one commit; keys it does not hold are ignored."""
@@ -207,12 +179,15 @@ class LexicalIndex:
         *,
         sources: Collection[str] | None = None,
         keep: Callable[[str, dict[str, Any]], bool] | None = None,
+        key_of: Callable[[list[int]], list[str | None]] | None = None,
     ) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 as ``(key, score)``, best first (ties by key).
 
         Ties by key whatever tantivy's own order of equal scores, and only the
-        leaves that can come back are read from the stored fields
-        (:func:`~langchain_s2b.store.lexical.top.top_by_key`).
+        leaves that can come back are read
+        (:func:`~langchain_s2b.store.lexical.top.top_by_key`): from the stored
+        fields, or in an index that keeps rows, given ``key_of`` (rows -> their
+        keys, ``None`` for one it does not know), from the row column at once.
 
         Args:
             query: the query text.
@@ -221,6 +196,8 @@ class LexicalIndex:
             keep: only leaves for which ``keep(key, metadata)`` holds (the
                 metadata is ``{}`` when the index keeps none); the search goes
                 deeper until ``n`` are kept or no more match.
+            key_of: the keys of rows (see above); a row it does not know is
+                read from the stored fields.
         """
         terms = query_terms(query)
         if not terms or n < 1 or (sources is not None and not sources):
@@ -246,9 +223,18 @@ class LexicalIndex:
             with engine_errors():
                 return searcher.search(q, depth).hits  # type: ignore[no-any-return]
 
+        by_row = key_of is not None and self.rows and keep is None
+
         def read(addresses: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
             doc = searcher.doc
             with engine_errors():  # the key only, unless a ``keep`` reads the metadata
+                if by_row and key_of is not None:
+                    rows = searcher.fast_field_values(_ROW, list(addresses))
+                    keys = key_of([-1 if row is None else int(row) for row in rows])
+                    return [
+                        (str(doc(at)[_KEY][0]) if key is None else key, {})
+                        for key, at in zip(keys, addresses, strict=True)
+                    ]
                 if keep is None:
                     return [(str(doc(at)[_KEY][0]), {}) for at in addresses]
                 return [(str(d[_KEY][0]), _meta_of(d)) for d in map(doc, addresses)]
@@ -283,13 +269,39 @@ class LexicalIndex:
 
     def keys(self) -> set[str]:
         """Every key held."""
+        return set(self.key_rows())
+
+    def key_rows(self) -> dict[str, int | None]:
+        """Every key held, with its row (``None`` in an index that keeps no rows)."""
         with engine_errors():
             searcher = self._index.searcher()
             total = searcher.num_docs
             if not total:
-                return set()
+                return {}
             hits = searcher.search(_tantivy().Query.all_query(), total).hits
-            return {str(searcher.doc(address)[_KEY][0]) for _, address in hits}
+            addresses = [address for _, address in hits]
+            keys = [str(searcher.doc(address)[_KEY][0]) for address in addresses]
+            if not self.rows:
+                return dict.fromkeys(keys)
+            rows = searcher.fast_field_values(_ROW, addresses)
+            return dict(zip(keys, rows, strict=True))
+
+    def row_stats(self) -> tuple[int, int, int, int] | None:
+        """``(count, min, max, sum)`` of the row column, from tantivy's own pass over it.
+
+        ``None`` in an index that keeps no rows (and ``(0, 0, 0, 0)`` when it is
+        empty): what a load compares with the rows it expects (a damaged
+        column passes tantivy's checks when its CRC was written again).
+        """
+        if not self.rows:
+            return None
+        with engine_errors():
+            found = self._index.searcher().aggregate(
+                _tantivy().Query.all_query(), {"r": {"stats": {"field": _ROW}}}
+            )["r"]
+        if not found["count"]:
+            return 0, 0, 0, 0
+        return int(found["count"]), int(found["min"]), int(found["max"]), int(found["sum"])
 
     def __len__(self) -> int:
         with engine_errors():
@@ -313,8 +325,13 @@ class LexicalIndex:
             managed = json.dumps(sorted(names))  # tantivy's list of the files it may remove
             (target / _MANAGED).write_text(managed + "\n", encoding="utf-8")
         else:
-            index = _new_index(target, documents=self.documents)
-            _add(index, self.entries(), replace=False, documents=self.documents)
+            index = _new_index(target, documents=self.documents, rows=self.rows)
+            entries = self.entries()
+            rows = None
+            if self.rows:
+                at = self.key_rows()
+                rows = [int(at[key] or 0) for key, _, _ in entries]
+            _add(index, entries, replace=False, documents=self.documents, rows=rows)
             del index
             gc.collect()
             for lock in _LOCKS:
@@ -362,6 +379,7 @@ class LexicalIndex:
             raise ValueError(msg)
         loaded = cls.__new__(cls)
         loaded.documents = documents
+        loaded.rows = _ROW in fields
         loaded.directory = scratch
         loaded._index = opened
         _register(opened)
@@ -404,14 +422,15 @@ def check_files(directory: Path) -> None:
 
 @cache
 def _schemas() -> tuple[Any, ...]:
-    """The schemas this module writes (``meta.json``'s ``schema``), without and with documents."""
+    """The schemas this module writes (``meta.json``'s ``schema``): with documents, rows or not."""
     found = []
     for documents in (False, True):
-        with tempfile.TemporaryDirectory() as where:
-            _new_index(Path(where), documents=documents)
-            found.append(
-                json.loads((Path(where) / _META_FILE).read_text(encoding="utf-8"))["schema"]
-            )
+        for rows in (False, True):
+            with tempfile.TemporaryDirectory() as where:
+                _new_index(Path(where), documents=documents, rows=rows)
+                found.append(
+                    json.loads((Path(where) / _META_FILE).read_text(encoding="utf-8"))["schema"]
+                )
     return tuple(found)
 
 
@@ -427,86 +446,3 @@ def _open(directory: Path, saved: Path) -> Any:
         msg = f"{damaged} ({first_line(err)})."
         raise ValueError(msg) from None
     return opened
-
-
-def _meta_of(doc: Any) -> dict[str, Any]:
-    """A stored document's metadata (``{}`` when the index keeps none)."""
-    try:
-        raw = doc[_META]
-    except KeyError:
-        return {}
-    return dict(json.loads(raw[0])) if raw else {}
-
-
-def _new_index(path: Path | None = None, *, documents: bool = True) -> Any:
-    tantivy = _tantivy()
-    builder = tantivy.SchemaBuilder()
-    builder.add_text_field(_KEY, stored=True, tokenizer_name="raw")
-    builder.add_text_field(_SOURCE, stored=False, tokenizer_name="raw")
-    # BM25 needs no positions; the analysed text is not stored (the original may be)
-    builder.add_text_field(_TEXT, stored=False, tokenizer_name=_ANALYZER, index_option="freq")
-    if documents:
-        builder.add_bytes_field(_BODY, stored=True, indexed=False)
-        builder.add_bytes_field(_META, stored=True, indexed=False)
-    schema = builder.build()
-    index = tantivy.Index(schema) if path is None else tantivy.Index(schema, path=str(path))
-    _register(index)
-    return index
-
-
-def _register(index: Any) -> None:
-    index.register_tokenizer(_ANALYZER, _analyzer())
-
-
-def _add(index: Any, entries: Iterable[Entry], *, replace: bool, documents: bool) -> None:
-    tantivy = _tantivy()
-    writer = index.writer(_WRITER_HEAP, 1)
-    make = tantivy.Document
-    for key, text, meta in entries:
-        if replace:
-            writer.delete_documents_by_term(_KEY, key)
-        body = _well_formed(text)
-        terms = fold(embedded_text(body, meta))  # the leaf's header and context are searched too
-        if documents:
-            doc = make(
-                **{
-                    _KEY: key,
-                    _SOURCE: source_of(key),
-                    _TEXT: terms,
-                    _BODY: body.encode("utf-8"),
-                    _META: json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8"),
-                }
-            )
-        else:
-            doc = make(**{_KEY: key, _SOURCE: source_of(key), _TEXT: terms})
-        writer.add_document(doc)
-    _commit(index, writer)
-
-
-def _commit(index: Any, writer: Any) -> None:
-    writer.commit()
-    writer.wait_merging_threads()
-    index.reload()
-
-
-def _entries(index: Any) -> list[Entry]:
-    searcher = index.searcher()
-    total = searcher.num_docs
-    if not total:
-        return []
-    hits = searcher.search(_tantivy().Query.all_query(), total).hits
-    return sorted(_entry(searcher.doc(address)) for _, address in hits)
-
-
-def _entry(doc: Any) -> Entry:
-    return str(doc[_KEY][0]), bytes(doc[_BODY][0]).decode("utf-8"), json.loads(doc[_META][0])
-
-
-def _well_formed(text: str) -> str:
-    """``text`` with lone surrogates (not encodable, never letters) replaced by ``?``."""
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def _address(address: Any) -> tuple[int, int]:
-    """A tantivy document address as a value (its objects compare by identity)."""
-    return (address.segment_ord, address.doc)

@@ -2,7 +2,7 @@
 
 Every leaf is a row of ``s2b_lexical`` beside langchain-postgres's own tables:
 its collection, key, source key, text, metadata and a ``tsvector`` of its
-terms. The terms are what :func:`~langchain_s2b.store.lexical.lexical_index.analyze`
+terms. The terms are what :func:`~langchain_s2b.store.lexical.analyzer.analyze`
 makes of the text, each written as ``x`` and its UTF-8 bytes in hex, so that
 PostgreSQL's ``simple`` configuration (which would otherwise split and fold
 words its own way) keeps them exactly: text and queries are analysed by the
@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.stored import Entry
-from langchain_s2b.store.lexical.lexical_index import analyze, query_terms, source_of
+from langchain_s2b.store.lexical.analyzer import analyze, query_terms, source_of
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS s2b_lexical (collection text NOT NULL, key text NOT NULL, "

@@ -472,12 +472,11 @@ def _check_levels(
     ordered = col["split"][order]
     twice = np.zeros(len(order), dtype=np.bool_)
     twice[1:] = (np.diff(group_of) == 0) & (np.diff(ordered) == 0)
-    member = order
-    text = np.maximum(sizes, 0)[col["source"][member]]
-    absent = (sizes < 0)[col["source"][member]]
-    bs, be = col["bstart"][member], col["bend"][member]
-    cs, ce = col["start"][member], col["end"][member]
-    outside = ~own[member] & (absent | (bs < 0) | (be < bs) | (be > text) | (cs < 0) | (ce < cs))
+    text = np.maximum(sizes, 0)[col["source"][order]]
+    absent = (sizes < 0)[col["source"][order]]
+    bs, be = col["bstart"][order], col["bend"][order]
+    cs, ce = col["start"][order], col["end"][order]
+    outside = ~own[order] & (absent | (bs < 0) | (be < bs) | (be > text) | (cs < 0) | (ce < cs))
     bad_twice = group_of[twice].min() if twice.any() else len(order)
     bad_span = group_of[outside].min() if outside.any() else len(order)
     if bad_twice == bad_span == len(order):

@@ -6,7 +6,7 @@ same statements that write and remove the leaf (:class:`~.sqlite.SQLiteRows`),
 so it commits or rolls back with the nodes and vectors. Nothing is built when
 a command opens the store: a search reads the table.
 
-**One analyser.** A leaf's terms are what :func:`~.lexical_index.analyze`
+**One analyser.** A leaf's terms are what :func:`~langchain_s2b.store.lexical.analyze`
 makes of its text with its header and context
 (:func:`~langchain_s2b.core.headers.embedded_text`; the analyser of every
 store), stored separated by spaces

@@ -81,6 +81,8 @@ class FaissBase(VectorStore):
         """Matching rows per filter (:func:`filter_key`), valid while ``_version`` is unchanged."""
         self._lexical: LexicalIndex | None = None
         """The leaves' text for BM25, built on first use and kept with every write after."""
+        self._renumbered = False
+        """Whether the rows were numbered again at load (:meth:`Records.read`)."""
         self._lock = threading.RLock()
 
     @property

@@ -120,6 +120,7 @@ class FaissSaves(FaissBase):
                 raise ValueError(msg)
         store = cls(embedding, header["factory"], **header["options"])
         store._next_id = header["next"] if renumbered is None else len(rows)
+        store._renumbered = renumbered is not None  # a saved lexical index's rows are not these
         if header["dim"] is not None:
             index = read_faiss(path / INDEX_FILE, header["dim"], rows.live_rows(), renumbered)
             store._ensure_index(header["dim"])

@@ -53,9 +53,9 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_s2b.core.filters import Filter, check_filter, filter_key, matches_filter
 from langchain_s2b.core.tree import NODE_FIELDS
-from langchain_s2b.store.lexical import LexicalIndex
 from langchain_s2b.store.vectors.faiss_base import normalise
 from langchain_s2b.store.vectors.faiss_files import FaissSaves
+from langchain_s2b.store.vectors.faiss_lexical import FaissLexical
 from langchain_s2b.store.vectors.faiss_writes import FaissWrites
 from langchain_s2b.store.vectors.records import Records
 
@@ -68,7 +68,7 @@ _PARSED_CACHE = 1 << 16
 """Rows whose parsed record `FaissIndex.parsed` keeps (~200 bytes each), then starts over."""
 
 
-class FaissIndex(FaissWrites, FaissSaves):
+class FaissIndex(FaissLexical, FaissWrites, FaissSaves):
     """Child vectors in FAISS, keyed by node key, with text and metadata beside.
 
     Args:
@@ -202,49 +202,15 @@ class FaissIndex(FaissWrites, FaissSaves):
         with self._lock:
             return self._rows.records(rows)
 
-    # The lexical index ------------------------------------------------------------
-
-    def lexical(self) -> LexicalIndex:
-        """The BM25 index of the leaves' text; built from the records on first use.
-
-        Kept in step with every add and delete from then on, under this index's
-        lock, so every retriever that shares this index shares it too.
-        """
-        with self._lock:
-            if self._lexical is None:
-                lexical = LexicalIndex.scratch(documents=False)
-                lexical.add(list(self._rows.entries()))
-                self._lexical = lexical
-            return self._lexical
-
-    def rebuild_lexical(self) -> None:
-        """Build the lexical index again from the records (``verify(repair=True)``)."""
-        with self._lock:
-            self._lexical = None
-            self.lexical()
-
-    def built_lexical(self) -> LexicalIndex | None:
-        """The lexical index if it was built (for saving), else ``None``."""
-        return self._lexical
-
-    def adopt_lexical(self, lexical: LexicalIndex) -> None:
-        """Use a lexical index read from a save (with this index: as many leaves, checksummed).
-
-        ``verify`` compares its keys with the leaves one by one.
-        """
-        with self._lock:
-            if len(lexical) == len(self._rows):
-                self._lexical = lexical
-
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 that pass ``flt`` (selected before ranking)."""
         check_filter(flt)
         lexical = self.lexical()
         if flt is None:
-            return lexical.search(query, n)
+            return lexical.search(query, n, key_of=self.keys_of_rows)
         sources = self.matching_sources(flt)
         if sources is not None:
-            return lexical.search(query, n, sources=sources)
+            return lexical.search(query, n, sources=sources, key_of=self.keys_of_rows)
         held = self._rows
 
         def keep(key: str, _: dict[str, Any]) -> bool:

@@ -73,7 +73,7 @@ class FaissWrites(FaissBase):
             with self._writing() as steps:
                 index, moved = self._add_to_faiss(steps, normalise(matrix), rows)
                 self._remove_from_faiss(steps, index, old)
-                self._add_text(steps, entries, replaced)
+                self._add_text(steps, entries, rows.tolist(), replaced, old)
                 self._remove_records(steps, old, replaced)
                 self._add_records(steps, rows.tolist(), entries)
                 if moved:
@@ -197,28 +197,38 @@ class FaissWrites(FaissBase):
         steps.then(put_back)
         index.remove_ids(np.asarray(rows, dtype=np.int64))
 
-    def _add_text(self, steps: Undo, entries: list[Record], replaced: list[Record | None]) -> None:
-        """Write the leaves' text into the lexical index, once it is built (replacing)."""
+    def _add_text(
+        self,
+        steps: Undo,
+        entries: list[Record],
+        rows: list[int],
+        replaced: list[Record | None],
+        old: list[int],
+    ) -> None:
+        """Write the leaves' text into the lexical index, once it is built (replacing).
+
+        ``rows``: the entries' rows; ``replaced``: the records of the ``old`` rows.
+        """
         lexical = self._lexical
         if lexical is None or not entries:
             return
 
         def undo() -> None:
             lexical.delete([key for key, _, _ in entries])
-            back = [found for found in replaced if found is not None]
+            back = [(r, found) for r, found in zip(old, replaced, strict=True) if found is not None]
             if back:
-                lexical.add(back)
+                lexical.add([found for _, found in back], [row for row, _ in back])
 
         steps.then(undo)
-        lexical.add(entries)
+        lexical.add(entries, rows)
 
     def _remove_text(self, steps: Undo, rows: list[int], held: list[Record | None]) -> None:
         """Remove rows' leaves from the lexical index, once it is built (put back on a failure)."""
         lexical = self._lexical
         if lexical is None or not rows:
             return
-        back = [found for found in held if found is not None]
-        steps.then(lambda: lexical.add(back))
+        back = [(row, found) for row, found in zip(rows, held, strict=True) if found is not None]
+        steps.then(lambda: lexical.add([found for _, found in back], [row for row, _ in back]))
         lexical.delete([key for key in map(self._rows.key, rows) if key is not None])
 
     def _add_records(self, steps: Undo, rows: list[int], entries: list[Record]) -> None:
@@ -295,7 +305,7 @@ class FaissWrites(FaissBase):
         with self._writing() as steps:
             if lexical is not None:
                 steps.then(lambda: setattr(self, "_lexical", lexical))
-                self._lexical = LexicalIndex.scratch(documents=False)
+                self._lexical = LexicalIndex.scratch(documents=False, rows=True)
             if isinstance(rows, Records):
                 steps.then(lambda: setattr(self, "_rows", rows))
                 self._rows = Records()

@@ -349,6 +349,16 @@ class Records(RecordFiles):
         number = int(split)
         return (int(slots.data[number]) if number < slots.size else -1), source, number
 
+    def keys_of(self, rows: np.ndarray) -> list[str | None]:
+        """:meth:`key` of each row, in one pass (``-1``, not live: ``None``)."""
+        named = self._names
+        out: list[str | None] = []
+        for row, place in zip(rows.tolist(), self.node_places(rows), strict=True):
+            out.append(
+                place[0] if place is not None else named.get(row) if self.is_live(row) else None
+            )
+        return out
+
     def node_rows(self, keys: Sequence[str]) -> list[tuple[int, tuple[str, str, int] | None]]:
         """Per key, its row (``-1``: not held) and, as :meth:`node_places` gives it, its place.
 
