@@ -116,6 +116,11 @@ def node_key(source_key: str, level: str, split_id: int) -> str:
     return f"{source_key}/{level}/{split_id}"
 
 
+def is_split_id(text: str) -> bool:
+    """Whether ``text`` is a split id as :func:`node_key` writes it: ASCII digits, no leading 0."""
+    return text.isdigit() and text.isascii() and (text[0] != "0" or text == "0")
+
+
 def level_prefix(source_key: str, level: str) -> str:
     """What every key of one level of one source starts with (add the split id)."""
     return f"{source_key}/{level}/"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from langchain_s2b.core.keys import (
     encode_source_key,
     is_manifest_key,
     is_node_key,
+    is_split_id,
     manifest_key,
     node_key,
     parse_node_key,
@@ -23,6 +26,19 @@ from langchain_s2b.core.keys import (
 
 
 class TestNodeKeys:
+    @given(
+        st.one_of(
+            st.text(max_size=6),
+            st.integers(0, 10**6).map(str),
+            st.sampled_from(["0", "00", "01", "٣", "²", "1\n", " 1"]),
+        )
+    )
+    def test_a_split_id_is_what_node_key_writes(self, text: str) -> None:
+        # node_key writes str(int): ASCII digits without a leading zero, nothing else
+        assert is_split_id(text) is (re.fullmatch(r"0|[1-9][0-9]*", text, re.ASCII) is not None)
+        if is_split_id(text):
+            assert node_key("s", "sentence", int(text)) == f"s/sentence/{text}"
+
     @pytest.mark.parametrize(
         ("key", "parts"),
         [
