@@ -4,9 +4,10 @@
 ``invoke`` runs. :func:`lockstep` gathers the requests the queries are waiting
 on and yields those of one kind as one request: every :class:`EmbedQuery` as
 one :class:`EmbedQueries`, every :class:`Search` of one size and filter as one
-:class:`SearchMany` (one FAISS matrix search), every :class:`Fetch` as one
-``mget`` of the union of their keys. Each query then resumes with its own
-answer, so its results are the ones ``invoke`` returns.
+:class:`SearchMany` (one FAISS matrix search), every :class:`Fetch` (and every
+:class:`ReadLeaves`) as one ``mget`` of the union of their keys. Each query
+then resumes with its own answer, so its results are the ones ``invoke``
+returns.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from langchain_s2b.core.requests import (
     Fetch,
     Op,
     ReadHits,
+    ReadLeaves,
     Request,
     Search,
     SearchMany,
@@ -39,6 +41,8 @@ def _kind(request: Request[Any], position: int) -> tuple[Any, ...]:
         return ("search", request.fetch, id(request.filter))
     if isinstance(request, Fetch):
         return ("fetch",)
+    if isinstance(request, ReadLeaves):
+        return ("fetch", "leaves")
     if isinstance(request, ReadHits):
         return ("read",)
     return ("one", position)
@@ -63,6 +67,16 @@ def combine(requests: list[Request[Any]]) -> tuple[Request[Any], Split]:
             return [[found[k] for k in r.keys] for r in fetches]
 
         return Fetch(keys), split
+    if isinstance(first, ReadLeaves):
+        leaf_reads = [r for r in requests if isinstance(r, ReadLeaves)]
+        leaf_keys = list(dict.fromkeys(k for r in leaf_reads for k in r.keys))
+        whole = frozenset().union(*(r.whole for r in leaf_reads))
+
+        def split_leaves(values: Any) -> list[Any]:
+            found = dict(zip(leaf_keys, values, strict=True))
+            return [[found[k] for k in r.keys] for r in leaf_reads]
+
+        return ReadLeaves(leaf_keys, whole), split_leaves
     if isinstance(first, ReadHits):
         reads = [r for r in requests if isinstance(r, ReadHits)]
         wanted = list(dict.fromkeys(k for r in reads for k in r.keys))

@@ -69,3 +69,9 @@ def chunk_of(doc: Document, split_field: str = "split_id") -> Chunk:
         msg = f"Node {doc.id!r} has malformed offsets (start, end, {split_field}) in its metadata."
         raise ValueError(msg) from None
     return tuple.__new__(Chunk, (start, end, text, split))
+
+
+def leaf_chunk(leaf: Document | Chunk, split: int) -> Chunk:
+    """A leaf read for assembly (its chunk, or the stored node) as leaf ``split``'s chunk."""
+    chunk = leaf if isinstance(leaf, Chunk) else chunk_of(leaf)
+    return chunk if chunk.split_id == split else chunk._replace(split_id=split)

@@ -40,10 +40,17 @@ from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.ranking import Ranked
 from langchain_s2b.core.relevance import evidence
-from langchain_s2b.core.requests import Fetch, Op, ask
+from langchain_s2b.core.requests import (
+    LeafRead,
+    Op,
+    ReadLeaves,
+    ask,
+    read_documents,
+    read_whole,
+)
 
 logger = logging.getLogger("langchain_s2b")
-Fetched = Mapping[str, Document | None]
+Fetched = Mapping[str, LeafRead | None]
 
 
 def one_per_hit(hits: Sequence[Candidate], params: QueryParams) -> list[Group]:
@@ -65,7 +72,7 @@ def pack(
         return []  # not one hit fits: nothing to fetch
     weights = seed_weights(seeds)
     keys = leaf_keys(seeds, params.before, params.after, reach(weights))
-    values = yield from ask(Fetch(keys))
+    values = yield from ask(ReadLeaves(keys))
     fetched = dict(zip(keys, values, strict=True))
     present = present_seeds(seeds, fetched, on_missing)
     seeds = [seeds[i] for i in present]
@@ -74,11 +81,12 @@ def pack(
         Seed(hit.source_key, hit.split_id, *window(hit, params.before, params.after), weight)
         for hit, weight in zip(seeds, weights, strict=True)
     ]
-    runs = allocate(found, fetched_leaves(fetched), budget, params.token_counter)
+    runs = allocate(found, fetched_leaves(fetched), budget, params.token_counter)[: params.count]
+    yield from read_documents(fetched, [seeds[run.seeds[0]].key for run in runs])  # metadata
     base = {key: doc for key, doc in fetched.items() if doc is not None}
     contexts: dict[str, int] = {}
     docs = []
-    for run in runs[: params.count]:
+    for run in runs:
         doc = _document(run, seeds, base)
         doc.metadata["context"] = contexts.setdefault(run.source, len(contexts))
         docs.append(doc)
@@ -130,16 +138,22 @@ def present_seeds(seeds: Sequence[Hit], fetched: Fetched, on_missing: str) -> li
 
 
 def fetched_leaves(fetched: Fetched) -> dict[LeafId, Chunk]:
-    """The fetched leaves by ``(source key, split id)``."""
+    """The leaves read by ``(source key, split id)``.
+
+    A leaf read as a chunk is a node of its key's source (the store checked
+    that its metadata names it); a document names its own.
+    """
     leaves: dict[LeafId, Chunk] = {}
-    for doc in fetched.values():
-        if doc is not None:
+    for key, doc in fetched.items():
+        if isinstance(doc, Chunk):
+            leaves[(key.partition("/")[0], doc.split_id)] = doc
+        elif doc is not None:
             chunk = chunk_of(doc)
             leaves[(str(doc.metadata["source_key"]), chunk.split_id)] = chunk
     return leaves
 
 
-def _document(run: Run, hits: Sequence[Hit], fetched: Mapping[str, Document]) -> Document:
+def _document(run: Run, hits: Sequence[Hit], fetched: Mapping[str, LeafRead]) -> Document:
     inside = [hits[rank] for rank in run.seeds]
     first = inside[0]
     prefix = level_prefix(first.source_key, first.level)
@@ -147,6 +161,6 @@ def _document(run: Run, hits: Sequence[Hit], fetched: Mapping[str, Document]) ->
     group = Group(
         first.source_key, first.source_id, keys, inside, first.level, run.start, run.end, "budget"
     )
-    meta = result_metadata(group, "pack", fetched[first.key].metadata)
+    meta = result_metadata(group, "pack", read_whole(fetched[first.key]).metadata)
     meta.update(split_ids=list(range(run.first, run.last + 1)), tokens=run.tokens)
     return Document(page_content=run.text, metadata=meta)

@@ -8,6 +8,7 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_of
+from langchain_s2b.core.requests import LeafRead, read_whole
 
 
 def plan_parents(hits: Sequence[Hit], parent_level: str | None = None) -> list[Group]:
@@ -42,14 +43,15 @@ def parent_index(hit: Hit, parent_level: str | None) -> int:
     raise ValueError(msg)
 
 
-def assemble_parent(group: Group, fetched: Mapping[str, Document | None]) -> Document:
+def assemble_parent(group: Group, fetched: Mapping[str, LeafRead | None]) -> Document:
     """The parent document of a parent group, with score and matches."""
-    parent = fetched.get(group.keys[0])
-    if parent is None:
+    found = fetched.get(group.keys[0])
+    if found is None:
         msg = (
             f"Parent {group.keys[0]!r} is in the child index but not in the parent store; "
             "run retriever.verify(repair=True) or pass on_missing='skip'."
         )
         raise MissingNodeError(msg)
+    parent = read_whole(found)
     meta = result_metadata(group, "parent", parent.metadata)
     return Document(page_content=parent.page_content, metadata=meta, id=group.keys[0])

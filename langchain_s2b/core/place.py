@@ -33,14 +33,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from langchain_core.documents import Document
-
 from langchain_s2b.core.budget import TokenCounter
 from langchain_s2b.core.ceiling import RING, Bounds, Cut, Leaves
 from langchain_s2b.core.hits import Hit
 from langchain_s2b.core.keys import base_source_key, level_prefix
-from langchain_s2b.core.merge import Chunk, chunk_of, merge_chunks
-from langchain_s2b.core.requests import Fetch, Op, ask
+from langchain_s2b.core.merge import Chunk, leaf_chunk, merge_chunks
+from langchain_s2b.core.requests import LeafRead, Op, ReadLeaves, ask
 from langchain_s2b.core.splitters import SentenceSplitter
 from langchain_s2b.core.tree import tile
 
@@ -96,12 +94,12 @@ def read_around(slots: Sequence[Slot], sources: dict[str, Leaves], radius: int =
             wanted.update((key, None) for key in leaves.wanted(lo, hi))
     if wanted:
         keys = list(wanted)
-        values = yield from ask(Fetch(keys))
+        values = yield from ask(ReadLeaves(keys))
         read_into(sources, dict(zip(keys, values, strict=True)))
 
 
-def read_into(sources: Mapping[str, Leaves], fetched: Mapping[str, Document | None]) -> None:
-    """Hand each fetched leaf to the leaves of its source: one pass over the fetch."""
+def read_into(sources: Mapping[str, Leaves], fetched: Mapping[str, LeafRead | None]) -> None:
+    """Hand each leaf read to the leaves of its source: one pass over the read."""
     by_prefix = {
         level_prefix(leaves.source_key, leaves.level): leaves for leaves in sources.values()
     }
@@ -110,7 +108,7 @@ def read_into(sources: Mapping[str, Leaves], fetched: Mapping[str, Document | No
         leaves = by_prefix.get(head + "/")
         if leaves is not None and split.isdigit():
             number = int(split)
-            leaves.known[number] = None if doc is None else chunk_of(doc)._replace(split_id=number)
+            leaves.known[number] = None if doc is None else leaf_chunk(doc, number)
 
 
 def leaves_of(slot: Slot, sources: dict[str, Leaves]) -> Leaves:
@@ -282,7 +280,7 @@ def _read_more(slot: Slot, split: int, leaves: Leaves) -> Op[None]:
         )
         if not keys:
             return
-        values = yield from ask(Fetch(keys))
+        values = yield from ask(ReadLeaves(keys))
         read_into({"": leaves}, dict(zip(keys, values, strict=True)))
         radius *= 2
 

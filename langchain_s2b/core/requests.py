@@ -8,13 +8,14 @@ asynchronously. Pure code asks through :func:`ask`, which types the answer.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Candidate, Hit
+from langchain_s2b.core.merge import Chunk
 from langchain_s2b.core.propose import ProxyPiece
 from langchain_s2b.core.situate import Piece
 
@@ -136,6 +137,34 @@ class Fetch(Request[list[Document | None]]):
     keys: list[str]
 
 
+LeafRead = Document | Chunk
+"""A leaf as :class:`ReadLeaves` reads it: its chunk, or the stored document."""
+
+
+def read_whole(leaf: LeafRead) -> Document:
+    """A leaf that was read whole (a key in :attr:`ReadLeaves.whole`, or a :class:`Fetch`)."""
+    if isinstance(leaf, Chunk):
+        msg = f"Leaf {leaf.split_id} was read as a chunk where its document is needed."
+        raise RuntimeError(msg)
+    return leaf
+
+
+@dataclass(frozen=True)
+class ReadLeaves(Request[list[LeafRead | None]]):
+    """One batched read of the leaves a result is assembled from (``None``: missing).
+
+    A store that keeps nodes as spans
+    (:class:`~langchain_s2b.store.nodes.node_store.NodeStore`) answers a
+    node with its :class:`~langchain_s2b.core.merge.Chunk` (split id: its
+    key's), and builds no ``Document``; a key in ``whole``, and every key of any
+    other store, comes back as the stored document (one ``mget``, as
+    :class:`Fetch`).
+    """
+
+    keys: list[str]
+    whole: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class Put(Request[None]):
     """One batched ``mset`` of nodes."""
@@ -242,3 +271,19 @@ def ask(request: Request[T]) -> Generator[Request[Any], Any, T]:
     """
     answer: T = yield request
     return answer
+
+
+def read_documents(read: dict[str, LeafRead | None], keys: Iterable[str]) -> Op[None]:
+    """Read whole each of ``keys`` that :class:`ReadLeaves` gave as a chunk (one :class:`Fetch`).
+
+    A store of documents gave them whole already: nothing is read again.
+    """
+    bare = [key for key in dict.fromkeys(keys) if isinstance(read.get(key), Chunk)]
+    if not bare:
+        return
+    docs = yield from ask(Fetch(bare))
+    for key, doc in zip(bare, docs, strict=True):
+        if doc is None:  # one operation runs under the store's lock: not without a bug
+            msg = f"Node {key!r} was read as a chunk, then was gone."
+            raise RuntimeError(msg)
+        read[key] = doc

@@ -44,11 +44,21 @@ from langchain_s2b.core.place import (
 )
 from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked, read
 from langchain_s2b.core.relevance import evidence
-from langchain_s2b.core.requests import EmbedQuery, Fetch, Op, Vector, ask
-from langchain_s2b.core.window import assemble_windows, plan_windows, window_reads
+from langchain_s2b.core.requests import (
+    EmbedQuery,
+    Fetch,
+    LeafRead,
+    Op,
+    ReadLeaves,
+    Vector,
+    ask,
+    read_documents,
+    read_whole,
+)
+from langchain_s2b.core.window import assemble_windows, first_present, plan_windows, window_reads
 
 logger = logging.getLogger("langchain_s2b")
-Fetched = Mapping[str, Document | None]
+Fetched = Mapping[str, LeafRead | None]
 
 
 @dataclass(frozen=True)
@@ -134,10 +144,11 @@ def shaped(
         if mode == "window" and not fits_any(chosen, params.max_tokens, params):
             return []  # not one hit fits the ceiling: nothing to fetch (parent mode cuts finer)
         keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
-        values: list[Document | None] = []
-        if keys:
-            values = yield from ask(Fetch(keys))
-        fetched = dict(zip(keys, values, strict=True))
+        fetched: Fetched = {}
+        if keys and mode == "window":
+            fetched = yield from _read_windows(keys, chosen)
+        elif keys:
+            fetched = dict(zip(keys, (yield from ask(Fetch(keys))), strict=True))
         built = _build_all(chosen, fetched, build, on_missing)
         for _, docs in built:
             for doc in docs:
@@ -151,6 +162,19 @@ def shaped(
         return (yield from ceiling(built, fetched, ranking, bounds, mode, params))
 
     return resolve
+
+
+def _read_windows(keys: list[str], groups: Sequence[Group]) -> Op[dict[str, LeafRead | None]]:
+    """The windows' leaves (:class:`ReadLeaves`), each window's first one present read whole.
+
+    Its metadata is the window's: a window's first leaf is asked for whole, and
+    when it is missing the first one present is read whole after.
+    """
+    values = yield from ask(ReadLeaves(keys, frozenset(group.keys[0] for group in groups)))
+    read = dict(zip(keys, values, strict=True))
+    firsts = (first_present(group, read) for group in groups)
+    yield from read_documents(read, [key for key in firsts if key is not None])
+    return read
 
 
 def fits_any(groups: Sequence[Group], budget: int | None, params: QueryParams) -> bool:
@@ -259,7 +283,8 @@ def ceiling(
         cuts = [as_cut(run, slot) for run in slot.runs]
         cuts += [coarse(as_cut(run, f.slot), f) for f in mine for run in f.slot.runs]
         cuts.sort(key=lambda found: min(ranks[h.key] for h in found.hits))
-        base = next(d.metadata for d in (fetched.get(k) for k in group.keys) if d is not None)
+        first = next(d for d in (fetched.get(k) for k in group.keys) if d is not None)
+        base = read_whole(first).metadata
         out += [cut_document(found, group, mode, base, _cut_from(docs)) for found in cuts]
     return out
 

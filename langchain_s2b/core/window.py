@@ -10,6 +10,7 @@ from langchain_core.documents import Document
 from langchain_s2b.core.hits import Candidate, Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, merge_chunks
+from langchain_s2b.core.requests import LeafRead, read_whole
 
 
 def plan_windows(
@@ -125,21 +126,22 @@ def _window_group(hit: Hit, lo: int, hi: int) -> Group:
     )
 
 
-def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> list[Document]:
+def assemble_windows(group: Group, fetched: Mapping[str, LeafRead | None]) -> list[Document]:
     """One document per contiguous run of a window that holds a hit.
 
     A neighbour missing from the store ends the window there (the run on the
     far side is kept only if it holds a hit); ``missing`` lists its split ids.
     A hit whose own node is missing is a :class:`MissingNodeError`: the child
     index and the docstore disagree, and the index's copy of the text is never
-    served in place of the store's.
+    served in place of the store's. The first leaf present must have been read
+    whole (its metadata is the result's: :func:`first_present`).
     """
     lo = group.extra["lo"]
     docs = [fetched.get(key) for key in group.keys]
     present = [doc for doc in docs if doc is not None]
     if len(present) == len(docs):  # the usual case: one run, every hit in it
         run = [_chunk(doc, split) for split, doc in enumerate(present, start=lo)]
-        return [_window_document(group, group.hits, run, present[0].metadata, [])]
+        return [_window_document(group, group.hits, run, read_whole(present[0]).metadata, [])]
     matched = {hit.split_id for hit in group.hits}
     runs: list[list[Chunk]] = [[]]
     missing: list[int] = []
@@ -157,7 +159,7 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
             runs.append([])
             continue
         if base is None:
-            base = doc.metadata
+            base = read_whole(doc).metadata
         runs[-1].append(_chunk(doc, split))
     out = []
     for run in runs:
@@ -168,7 +170,14 @@ def assemble_windows(group: Group, fetched: Mapping[str, Document | None]) -> li
     return out
 
 
-def _chunk(doc: Document, split: int) -> Chunk:
+def first_present(group: Group, fetched: Mapping[str, LeafRead | None]) -> str | None:
+    """The key of the window's first leaf present: its metadata is the result's."""
+    return next((key for key in group.keys if fetched.get(key) is not None), None)
+
+
+def _chunk(doc: LeafRead, split: int) -> Chunk:
+    if isinstance(doc, Chunk):  # a node read from a store's columns: its own numbers
+        return doc if doc.split_id == split else doc._replace(split_id=split)
     meta = doc.metadata
     return Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split)
 

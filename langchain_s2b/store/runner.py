@@ -34,6 +34,7 @@ from langchain_s2b.core.requests import (
     Op,
     Put,
     ReadHits,
+    ReadLeaves,
     RebuildLexical,
     Remove,
     RemoveLeaves,
@@ -48,7 +49,7 @@ from langchain_s2b.core.requests import (
 )
 from langchain_s2b.core.stored import stored_leaves
 from langchain_s2b.store.children import ChildIndex, HybridChildIndex
-from langchain_s2b.store.nodes import ContextWriter
+from langchain_s2b.store.nodes import ContextWriter, NodeStore
 
 T = TypeVar("T")
 
@@ -147,6 +148,10 @@ class Runner:
                 return list(reranker.compress_documents(documents, query))
             case Fetch(keys):
                 return store.mget(keys)
+            case ReadLeaves(keys, whole):
+                if isinstance(store, NodeStore):
+                    return store.read_leaves(keys, whole)
+                return store.mget(keys)
             case Put(pairs):
                 return store.mset(pairs)
             case Remove(keys):
@@ -202,6 +207,10 @@ class Runner:
             case Rerank(reranker, query, documents):
                 return list(await reranker.acompress_documents(documents, query))
             case Fetch(keys):
+                return await store.amget(keys)
+            case ReadLeaves(keys, whole):
+                if isinstance(store, NodeStore):
+                    return await run_in_executor(None, store.read_leaves, keys, whole)
                 return await store.amget(keys)
             case Put(pairs):
                 return await store.amset(pairs)

@@ -19,6 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.store.base.columns import Shapes
 from langchain_s2b.store.nodes.node_store import NodeStore, byte_offsets
 from langchain_s2b.store.vectors.records import Records
@@ -236,6 +237,9 @@ def node_batches(draw: st.DrawFn) -> list[tuple[str, Document]]:
         key = f"{source}/sentence/{split}"
         meta = {**user, "level": "sentence", "split_id": split, "start": start, "end": end,
                 "split_idx_start": start}  # fmt: skip
+        named = draw(st.sampled_from([None, source, "other"]))  # the source its metadata names
+        if named is not None:
+            meta["source_key"] = named
         pairs.append((key, Document(page_content=body, metadata=meta, id=key)))
     pairs.append((f"{source}/manifest", Document("", metadata={"v": 1}, id=f"{source}/manifest")))
     pairs.append(("elsewhere", Document(draw(TEXT), metadata={"x": draw(JSONISH)})))
@@ -281,6 +285,36 @@ class TestNodeStore:
             (got,) = store.mget([key])
             assert got == doc, key
             assert list(got.metadata) == list(doc.metadata)  # type: ignore[union-attr]
+        # read for assembly: the document, or the chunk it gives for a node of its key's source
+        keys = [*model, "s/sentence/9", "t.g2/doc/1", "nowhere"]
+        whole = set(sorted(model)[::2])
+        for key, read in zip(keys, store.read_leaves(keys, whole), strict=True):
+            doc = model.get(key)
+            if doc is None or key in whole or not isinstance(read, Chunk):
+                assert read == doc, key
+                continue
+            split = int(key.rpartition("/")[2])
+            assert read == chunk_of(doc) == (*chunk_of(doc)[:3], split), key
+            assert doc.metadata["source_key"] == key.partition("/")[0], key
+
+    def test_a_node_of_its_keys_source_is_read_as_its_chunk(self) -> None:
+        store = NodeStore()
+        meta = {"source_key": "s", "level": "sentence", "split_id": 1, "start": 5, "end": 9}
+        other = {**meta, "source_key": "t"}  # names another source than its key
+        store.mset(
+            [
+                ("s/sentence/1", Document("Two.", metadata=meta, id="s/sentence/1")),
+                ("u/sentence/1", Document("Two.", metadata=other, id="u/sentence/1")),
+            ]
+        )
+        assert store.read_leaves(["s/sentence/1", "u/sentence/1", "s/sentence/2"]) == [
+            Chunk(5, 9, "Two.", 1),
+            Document("Two.", metadata=other, id="u/sentence/1"),
+            None,
+        ]
+        assert store.read_leaves(["s/sentence/1"], whole={"s/sentence/1"}) == store.mget(
+            ["s/sentence/1"]
+        )
 
     def test_a_changed_source_text_keeps_its_old_slices(self) -> None:
         store = NodeStore()

@@ -58,6 +58,7 @@ class Shapes:
         self._parsed: dict[int, tuple[dict[str, Any], tuple[str, ...], bool]] = {}
         self.places: dict[int, tuple[str, str] | None] = {}
         """:meth:`node_place` of each shape asked for (read it directly on a hot path)."""
+        self._spans: dict[int, tuple[str, str] | None] = {}
         self._last: _Sibling | None = None
         self._batch = False
 
@@ -172,6 +173,20 @@ class Shapes:
             else None
         )
         return place
+
+    def spanned_place(self, shape: int) -> tuple[str, str] | None:
+        """:meth:`node_place` of a shape whose ``start`` and ``end`` are per-node numbers too.
+
+        A node of such a shape is read as a chunk from its numbers alone, the
+        one its metadata gives (``None``: the metadata must be read).
+        """
+        if shape in self._spans:
+            return self._spans[shape]
+        place = self.node_place(shape)
+        _, varying, _ = self.template(shape)
+        spanned = place is not None and "start" in varying and "end" in varying
+        found = self._spans[shape] = place if spanned else None
+        return found
 
 
 def _pairs(text: str, shape: int) -> list[list[Any]]:
