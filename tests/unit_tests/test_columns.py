@@ -21,7 +21,8 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.store.base.columns import Shapes
-from langchain_s2b.store.nodes.node_store import NodeStore, byte_offsets
+from langchain_s2b.store.nodes.levels import byte_offsets
+from langchain_s2b.store.nodes.node_store import NodeStore
 from langchain_s2b.store.vectors.records import Records
 
 TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from("é—\U0001f600\ud800"), max_size=12)

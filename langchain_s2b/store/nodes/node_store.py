@@ -43,6 +43,15 @@ from langchain_s2b.store.base import (
     utf8_block,
 )
 from langchain_s2b.store.nodes.codec import check_document, decode_document, encode_document
+from langchain_s2b.store.nodes.levels import (
+    ABSENT,
+    COLUMNS,
+    DTYPES,
+    Level,
+    TextBatch,
+    decode,
+    encode,
+)
 
 ARRAYS_FILE = "nodes.npz"
 TEXT_FILE = "nodes.utf8"
@@ -50,75 +59,7 @@ SHAPES_FILE = "nodes.shapes.jsonl"
 NAMES_FILE = "nodes.names.json"
 OTHER_FILE = "nodes.other.jsonl"
 FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, NAMES_FILE, OTHER_FILE)
-_ABSENT = -1
 _NODE_KEY = re.compile(r"^([^/]+)/([a-z][a-z0-9_]*)/(0|[1-9][0-9]*)$")
-_COLUMNS = ("shape", "start", "end", "bstart", "bend")
-_DTYPES: dict[str, Any] = {"shape": np.int32} | dict.fromkeys(_COLUMNS[1:], np.int64)
-
-
-def encode(text: str) -> bytes:
-    """UTF-8 bytes of any Python string (lone surrogates kept)."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def decode(data: bytes | memoryview) -> str:
-    """The string :func:`encode` made."""
-    return str(data, "utf-8", "surrogatepass")
-
-
-def byte_offsets(text: str) -> np.ndarray | None:
-    """The UTF-8 byte offset of every character position of ``text`` (``None``: ASCII, equal)."""
-    if text.isascii():
-        return None
-    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    sizes = 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000)
-    offsets = np.zeros(len(points) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    return offsets
-
-
-class _Level:
-    """The nodes of one level of one source, by split id."""
-
-    __slots__ = ("bend", "bstart", "end", "own", "shape", "start")
-
-    def __init__(self) -> None:
-        self.shape = Column(np.int32, _ABSENT)
-        self.start = Column(np.int64)
-        self.end = Column(np.int64)
-        self.bstart = Column(np.int64)
-        self.bend = Column(np.int64)
-        self.own: dict[int, str] = {}
-        """Split id -> the node's own text, when it is not the slice of its source."""
-
-    def ensure(self, size: int) -> None:
-        if size > self.shape.size:
-            for name in _COLUMNS:
-                getattr(self, name).ensure(size)
-
-    def present(self) -> np.ndarray:
-        return np.flatnonzero(self.shape.used != _ABSENT)
-
-
-class _Batch:
-    """One ``mset``'s view of its sources' texts: as ``str`` and their byte offsets."""
-
-    def __init__(self, store: NodeStore) -> None:
-        self.store = store
-        self.texts: dict[str, str | None] = {}
-        self.offsets: dict[str, np.ndarray | None] = {}
-
-    def text(self, source: str) -> str | None:
-        if source not in self.texts:
-            data = self.store._texts.get(source)
-            self.texts[source] = None if data is None else decode(data)
-        return self.texts[source]
-
-    def offset(self, source: str, text: str, position: int) -> int:
-        if source not in self.offsets:
-            self.offsets[source] = byte_offsets(text)
-        found = self.offsets[source]
-        return position if found is None else int(found[position])
 
 
 class NodeStore(BaseStore[str, Document]):
@@ -128,7 +69,7 @@ class NodeStore(BaseStore[str, Document]):
         self.shapes = Shapes()
         self._texts: dict[str, bytes] = {}
         """Source (generation) key -> its text as UTF-8, while any of its nodes is held."""
-        self._levels: dict[tuple[str, str], _Level] = {}
+        self._levels: dict[tuple[str, str], Level] = {}
         self._held: dict[str, int] = {}
         """Source key -> how many of its nodes are held as spans."""
         self._other: dict[str, Document | bytes] = {}
@@ -143,7 +84,7 @@ class NodeStore(BaseStore[str, Document]):
     def mset(self, key_value_pairs: Sequence[tuple[str, Document]]) -> None:
         """Store documents (the last pair of a key wins)."""
         pairs = list(dict(key_value_pairs).items())
-        batch = _Batch(self)
+        batch = TextBatch(self._texts)
         for key, doc in pairs:  # the sources' texts first: a batch holds its doc nodes
             match = _NODE_KEY.match(key)
             if match and match[2] == DOC_LEVEL and match[3] == "0" and type(doc) is Document:
@@ -156,7 +97,7 @@ class NodeStore(BaseStore[str, Document]):
                     self._other[key] = doc
         self._sweep(touched)
 
-    def _set_text(self, source: str, text: str, batch: _Batch) -> None:
+    def _set_text(self, source: str, text: str, batch: TextBatch) -> None:
         old = self._texts.get(source)
         data = encode(text)
         if old is not None and old != data:  # its spans keep the text they have
@@ -171,7 +112,7 @@ class NodeStore(BaseStore[str, Document]):
         batch.texts[source] = text
         batch.offsets.pop(source, None)
 
-    def _put_node(self, key: str, doc: Document, batch: _Batch) -> bool:
+    def _put_node(self, key: str, doc: Document, batch: TextBatch) -> bool:
         match = _NODE_KEY.match(key)
         if match is None or type(doc) is not Document or doc.id != key:
             return False
@@ -188,7 +129,7 @@ class NodeStore(BaseStore[str, Document]):
         )
         level = self._levels.get((source, level_name))
         if level is None:
-            level = self._levels[(source, level_name)] = _Level()
+            level = self._levels[(source, level_name)] = Level()
         if split >= level.shape.size:
             level.ensure(max(split + 1, 2 * level.shape.size))
         level.start.data[split] = start
@@ -211,9 +152,9 @@ class NodeStore(BaseStore[str, Document]):
             return
         source, level_name, split = match[1], match[2], int(match[3])
         level = self._levels.get((source, level_name))
-        if level is None or split >= level.shape.size or level.shape.data[split] == _ABSENT:
+        if level is None or split >= level.shape.size or level.shape.data[split] == ABSENT:
             return
-        level.shape.data[split] = _ABSENT
+        level.shape.data[split] = ABSENT
         level.own.pop(split, None)
         self._held[source] -= 1
         touched.add(source)
@@ -270,7 +211,7 @@ class NodeStore(BaseStore[str, Document]):
         meta = self.shapes.decode(shape, split, start, end)
         return Document(page_content=self._text(level, source, split), metadata=meta, id=key)
 
-    def _locate(self, key: str) -> tuple[_Level, str, int, int] | None:
+    def _locate(self, key: str) -> tuple[Level, str, int, int] | None:
         """``(level, source, split id, shape)`` of a node held in the columns, else ``None``."""
         match = _NODE_KEY.match(key)
         if match is None:
@@ -280,9 +221,9 @@ class NodeStore(BaseStore[str, Document]):
         if level is None or split >= level.shape.size:
             return None
         shape = level.shape.data.item(split)
-        return None if shape == _ABSENT else (level, match[1], split, shape)
+        return None if shape == ABSENT else (level, match[1], split, shape)
 
-    def _text(self, level: _Level, source: str, split: int) -> str:
+    def _text(self, level: Level, source: str, split: int) -> str:
         """A located node's text: its own, or the slice of its source's."""
         text = level.own.get(split)
         if text is None:
@@ -315,7 +256,7 @@ class NodeStore(BaseStore[str, Document]):
         names = sorted({name for _, name in self._levels})
         name_index = {n: i for i, n in enumerate(names)}
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("source", "level", "split", "own")}
-        parts |= {k: [] for k in _COLUMNS}
+        parts |= {k: [] for k in COLUMNS}
         owns: list[str] = []
         for (source, name), level in sorted(self._levels.items()):
             splits = level.present()
@@ -324,7 +265,7 @@ class NodeStore(BaseStore[str, Document]):
             parts["source"].append(np.full(len(splits), source_index[source], dtype=np.int32))
             parts["level"].append(np.full(len(splits), name_index[name], dtype=np.int32))
             parts["split"].append(splits)
-            for column in _COLUMNS:
+            for column in COLUMNS:
                 parts[column].append(getattr(level, column).data[splits])
             own = np.asarray([s in level.own for s in splits.tolist()], dtype=np.bool_)
             parts["own"].append(own)
@@ -398,7 +339,7 @@ class NodeStore(BaseStore[str, Document]):
             msg = "a source key or a level name is listed twice"
             raise ValueError(msg)
         n = len(cols["split"])
-        col = {k: _ints(cols, k, n) for k in ("source", "level", "split", *_COLUMNS)}
+        col = {k: _ints(cols, k, n) for k in ("source", "level", "split", *COLUMNS)}
         own = _ints(cols, "own", n).astype(np.bool_)
         sizes = _ints(cols, "text_bytes", len(sources))
         own_offsets = _ints(cols, "own_offsets", int(own.sum()) + 1)
@@ -457,7 +398,7 @@ class NodeStore(BaseStore[str, Document]):
         sources: list[str],
         levels: list[str],
     ) -> None:
-        """One :class:`_Level` per source and level, its columns cut from the sorted ones.
+        """One :class:`Level` per source and level, its columns cut from the sorted ones.
 
         One pass of numpy over every node (issue 34: 1M nodes in ~20k levels
         opened 10x slower level by level): a level whose split ids run from 0
@@ -466,24 +407,24 @@ class NodeStore(BaseStore[str, Document]):
         if not len(order):
             return
         splits = col["split"][order]
-        typed = {name: np.asarray(col[name][order], dtype=_DTYPES[name]) for name in _COLUMNS}
+        typed = {name: np.asarray(col[name][order], dtype=DTYPES[name]) for name in COLUMNS}
         firsts = np.append(0, cuts).tolist()
         lasts = np.append(cuts, len(order)).tolist()
         heads = order[firsts]
         names = zip(col["source"][heads].tolist(), col["level"][heads].tolist(), strict=True)
         for (source, name), a, b in zip(names, firsts, lasts, strict=True):
             size = int(splits[b - 1]) + 1
-            level = _Level.__new__(_Level)
+            level = Level.__new__(Level)
             level.own = {}
             whole = size == b - a  # distinct split ids, sorted: 0 .. size - 1 exactly
-            for column in _COLUMNS:
-                fill = _ABSENT if column == "shape" else 0
+            for column in COLUMNS:
+                fill = ABSENT if column == "shape" else 0
                 if whole:
                     data = typed[column][a:b].copy()
                 else:
-                    data = np.full(size, fill, dtype=_DTYPES[column])
+                    data = np.full(size, fill, dtype=DTYPES[column])
                     data[splits[a:b]] = typed[column][a:b]
-                setattr(level, column, Column(_DTYPES[column], fill, data))
+                setattr(level, column, Column(DTYPES[column], fill, data))
             self._levels[(sources[source], levels[name])] = level
 
 
