@@ -111,7 +111,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     if not params.hybrid:
         relevance = dict(zip([h.key for h in hits], scale.zs(h.score for h in hits), strict=True))
         bound = None if last is None or last <= 0 else scale.z(last)
-        return Ranked(hits, relevance, None, scale, found.exhausted, last, bound)
+        return Ranked(hits, relevance, None, scale, found.exhausted, last, bound, query=query)
     lexical = yield from ask(SearchText(query, TOP_N, params.filter))
     by_key = {hit.key: hit for hit in hits}
     proxies = {hit.key: hit for hit in searched if is_proxy_key(hit.key)}
@@ -137,7 +137,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         floor = min(z_scores([s for _, s in kept]), default=0.0)
         bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
     hits = [by_key[key] for key, _ in order]
-    return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound)
+    return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound, query=query)
 
 
 def read(ranking: Ranked, keys: Sequence[str] | None = None) -> Op[Ranked]:
@@ -298,4 +298,4 @@ def _reranked(query: str, ranking: Ranked, params: QueryParams, n: int) -> Op[Ra
     fused = None if ranking.fused is None else {h.key: ranking.fused[h.key] for h in hits}
     # done when it dropped some (it judged them), or it saw every child the search has
     done = len(order) < len(sent) or (ranking.exhausted and len(sent) == len(ranking.hits))
-    return Ranked(hits, relevance, fused, ranking.scale, done, None, None, scores)
+    return Ranked(hits, relevance, fused, ranking.scale, done, None, None, scores, ranking.query)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from langchain_core.documents import Document
 
@@ -88,7 +88,6 @@ def retrieve_vector(
     first = depth = first_depth(params)
     while True:
         ranking = yield from ranked(query, vector, params, depth, params.fetch_k * depth // first)
-        ranking = replace(ranking, query=query)
         ranking = yield from _placed_read(ranking, plan, params)
         groups = plan.group(ranking.hits, params)
         if ranking.exhausted:

@@ -15,11 +15,14 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.store.children.child_index import _finite
 from langchain_s2b.tools import as_tool
 
 from ._embeddings import BagOfWords
@@ -71,6 +74,23 @@ def _nan_message(name: str = "Broken") -> str:
 
 
 class TestNonFiniteQueryVector:
+    @given(
+        st.lists(
+            st.floats() | st.sampled_from([1.7e308, -1.7e308, math.inf, -math.inf, math.nan]),
+            min_size=1,
+            max_size=40,
+        )
+    )
+    def test_refused_exactly_when_a_value_is_not_finite(self, values: list[float]) -> None:
+        # the sum's shortcut never passes an inf or a NaN, and an overflowing sum of finite
+        # values (1.7e308 twice) is still let through
+        emb = Broken(0.0)
+        if all(math.isfinite(v) for v in values):
+            assert _finite(emb, "q", values) == values
+        else:
+            with pytest.raises(ValueError, match="NaN or infinite"):
+                _finite(emb, "q", values)
+
     @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
     @pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid", "dense"])
     @pytest.mark.parametrize("store", ["faiss", "generic"])

@@ -18,6 +18,7 @@ store), before the error or interrupt goes on up.
 from __future__ import annotations
 
 import asyncio
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any, cast
@@ -53,6 +54,8 @@ def _finite(emb: Embeddings, query: str, vector: Sequence[float]) -> list[float]
     Searched, it would score every child NaN (ranked anyhow, or none kept).
     """
     out = list(vector)
+    if out and type(out[0]) is float and _finite_sum(out):
+        return out
     if not np.isfinite(np.asarray(out, dtype=np.float64)).all():
         msg = (
             f"The embedding {_name(emb)} returned NaN or infinite values for the query "
@@ -60,6 +63,18 @@ def _finite(emb: Embeddings, query: str, vector: Sequence[float]) -> list[float]
         )
         raise ValueError(msg)
     return out
+
+
+def _finite_sum(values: list[float]) -> bool:
+    """Whether the sum of ``values`` is finite: then each is (an inf or a NaN makes it not).
+
+    ~5x faster than numpy reads a list; a sum that overflows, or a value that
+    is no float, leaves the answer to the exact check.
+    """
+    try:
+        return math.isfinite(sum(values))
+    except (TypeError, ValueError):
+        return False
 
 
 def _name(emb: Embeddings) -> str:
