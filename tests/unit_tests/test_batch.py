@@ -95,6 +95,14 @@ class TestBatchResults:
         retriever = _retriever(mode)
         _same(retriever.batch(QUERIES), [retriever.invoke(q) for q in QUERIES])
 
+    @pytest.mark.parametrize("mode", ["parent", "window", "multilevel", "pack"])
+    def test_batch_under_a_budget_equals_a_loop_of_invoke(self, mode: str) -> None:
+        # a reached ceiling reads leaves (ReadLeaves): the batch reads them for every query
+        retriever = _retriever(mode)
+        got = retriever.batch(QUERIES[:16], max_tokens=60)
+        assert all(got)
+        _same(got, [retriever.invoke(q, max_tokens=60) for q in QUERIES[:16]])
+
     @pytest.mark.parametrize("mode", ["parent", "window"])
     def test_per_call_overrides_apply_to_every_query(self, mode: str) -> None:
         retriever = _retriever(mode)

@@ -9,6 +9,7 @@ from langchain_core.documents import Document
 from langchain_core.stores import InMemoryStore
 
 from langchain_s2b import SmallToBigRetriever
+from langchain_s2b.store.nodes import NodeStore
 
 from ._embeddings import BagOfWords
 
@@ -128,6 +129,28 @@ class TestWindowMode:
         (doc,) = retriever.invoke("word10", fetch_k=1)  # the one hit: sentence 10
         assert _split_ids(doc) == [9, 10, 11, 12, 13]
         assert doc.metadata["missing_split_ids"] == [8]
+        assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
+
+    @pytest.mark.parametrize("budget", [None, 30])
+    def test_a_window_whose_first_leaf_is_missing_reads_the_next_one_whole(
+        self, budget: int | None
+    ) -> None:
+        # The node store reads a window's leaves as chunks and its first leaf whole (its
+        # metadata is the window's); when that one is missing, the next one is read whole:
+        # the same answer a store of documents gives.
+        spans = _retriever(k=1, window_size=3)
+        documents = _retriever(k=1, window_size=3, docstore=InMemoryStore())
+        assert isinstance(spans.docstore, NodeStore)
+        for retriever in (spans, documents):
+            retriever.docstore.mdelete(["s/sentence/7"])
+        options: dict[str, Any] = {"fetch_k": 1, "max_tokens": budget}
+        got = spans.invoke("word10", **options)
+        assert got == documents.invoke("word10", **options)
+        (doc,) = got
+        if budget is None:
+            assert _split_ids(doc) == [8, 9, 10, 11, 12, 13]
+            assert doc.metadata["missing_split_ids"] == [7]
+        assert doc.metadata["source_id"] == "s"
         assert doc.page_content == TEXT[doc.metadata["start"] : doc.metadata["end"]]
 
     def test_a_hit_whose_node_is_missing_is_never_served_from_the_index(self) -> None:
