@@ -187,6 +187,9 @@ class TestRecords:
             found = row in model and key == named and _same(_json(meta), meta)
             expected.append((key, meta["source_key"], meta["split_id"]) if found else None)
         assert records.node_places(np.asarray(rows, dtype=np.int64)) == expected
+        live = sorted(model)  # every row inside and live (one pass when none is named)
+        by_row = dict(zip(rows, expected, strict=True))
+        assert records.node_places(np.asarray(live, dtype=np.int64)) == [by_row[r] for r in live]
         held = {
             model[r][0]: (r, place) for r, place in zip(rows, expected, strict=True) if r in model
         }

@@ -415,12 +415,22 @@ class Records(RecordFiles):
         if not listed or not size:
             return [None] * len(listed)
         at = rows
-        if min(listed) < 0 or max(listed) >= size:  # -1: an empty slot (Python: ~20 rows here)
+        inside = min(listed) >= 0 and max(listed) < size  # not: -1, an empty slot
+        if not inside:
             at = np.where((rows >= 0) & (rows < size), rows, -1)
             listed = at.tolist()
         live = self._live.data[at].tolist()
         shapes, splits = self._shape.data[at].tolist(), self._split.data[at].tolist()
         named, places, place = self._names, self.shapes.places, self.shapes.node_place
+        if inside and not named and all(live) and _NO_SHAPE not in shapes:  # every row a node's
+            for shape in set(shapes).difference(places):
+                place(shape)
+            return [
+                None
+                if (found := places[shape]) is None
+                else (f"{found[0]}{split}", found[1], split)
+                for shape, split in zip(shapes, splits, strict=True)
+            ]
         out: list[tuple[str, str, int] | None] = []
         for row, alive, shape, split in zip(listed, live, shapes, splits, strict=True):
             if row < 0 or not alive or shape == _NO_SHAPE or row in named:
