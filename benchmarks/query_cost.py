@@ -6,6 +6,7 @@
     python benchmarks/query_cost.py --sizes 10000 --full     # adds 1M (make bench FULL=1)
     python benchmarks/query_cost.py --json out.json          # the rows, for run.py's targets
     python benchmarks/query_cost.py --profile 10000          # cProfile of the hybrid path
+    python benchmarks/query_cost.py --code ../base           # another checkout, same script
 
 **Query cost** (item 2). Window mode (sentence leaves) over the synthetic
 corpus (:mod:`corpus`) in a ``FaissIndex("HNSW32", search_params="efSearch=64")``,
@@ -23,11 +24,14 @@ floor's parts for the same query, in an order that rotates query by query:
 - LangChain's ``invoke`` of an empty ``BaseRetriever`` (returns ``[]``).
 
 Hybrid floor = FAISS top-100 + tantivy top-100 + empty invoke; dense floor =
-FAISS top-20 + empty invoke. Times are CPU time of the calling thread
-(``time.thread_time``), medians over the queries and rounds, FAISS
-single-threaded. ``own_ms`` = invoke - floor: the retriever's own work.
-``faiss_depths``/``text_depths`` are the searches the retriever actually asked
-for (recorded once per query before timing).
+FAISS top-20 + empty invoke. **Under a budget**: the same call on the hybrid
+retriever with ``mode=`` each mode and ``max_tokens=500``, in a rotation of its
+own with the hybrid floor's parts (no target: what a reached ceiling adds, its
+leaves read around the hits, against the hybrid floor measured beside it).
+Times are CPU time of the calling thread (``time.thread_time``), medians over
+the queries and rounds, FAISS single-threaded. ``own_ms`` = invoke - floor:
+the retriever's own work. ``faiss_depths``/``text_depths`` are the searches
+the retriever actually asked for (recorded once per query before timing).
 
 **Opening** (item 3): :func:`scale.measure_opening`, fresh processes: process
 CPU time of ``SmallToBigRetriever.load`` + the first ``invoke`` vs
@@ -64,6 +68,9 @@ from langchain_s2b import FaissIndex, SmallToBigRetriever  # noqa: E402
 
 QUERY: dict[str, Any] = {"k": 4, "fetch_k": 20, "window_size": 1}
 """The issue's call: ``invoke(q, **QUERY)``."""
+BUDGET = 500
+"""The budget section's ``max_tokens``: a ceiling every mode reaches, so each reads leaves."""
+BUDGET_MODES = ("parent", "window", "multilevel", "pack")
 HYBRID_DEPTH = 100
 DENSE_DEPTH = 20
 ROUNDS = 2
@@ -221,25 +228,28 @@ def query_cost(
         EMPTY_RETRIEVER.invoke(queries[i])
         return time.thread_time() - c0
 
-    parts: dict[str, Callable[[int], float]] = {
-        "hybrid": invoke(hybrid),
-        "dense": invoke(dense),
+    def budgeted(mode: str) -> Callable[[int], float]:
+        options = {**QUERY, "mode": mode, "max_tokens": BUDGET}
+
+        def run(i: int) -> float:
+            c0 = time.thread_time()
+            hybrid.invoke(queries[i], **options)
+            return time.thread_time() - c0
+
+        return run
+
+    floor_parts: dict[str, Callable[[int], float]] = {
         "faiss100": bare(HYBRID_DEPTH),
         "faiss20": bare(DENSE_DEPTH),
         "tantivy100": lambda i: text.timed(queries[i], HYBRID_DEPTH),
         "empty": empty,
     }
-    names = list(parts)
-    cols: dict[str, list[float]] = {name: [] for name in names}
+    issue = {"hybrid": invoke(hybrid), "dense": invoke(dense), **floor_parts}
+    # under a budget: a rotation of its own (its leaves' reads would cool the issue's floor)
+    budget = {f"budget:{mode}": budgeted(mode) for mode in BUDGET_MODES}
+    budget |= {f"budget:{name}": floor_parts[name] for name in ("faiss100", "tantivy100", "empty")}
     try:
-        for i in range(len(queries)):  # warm-up, untimed
-            for name in names:
-                parts[name](i)
-        for r in range(rounds):
-            for i in range(len(queries)):
-                turn = (r * len(queries) + i) % len(names)
-                for name in names[turn:] + names[:turn]:
-                    cols[name].append(parts[name](i))
+        cols = rotation(issue, len(queries), rounds) | rotation(budget, len(queries), rounds)
     finally:
         faiss.omp_set_num_threads(threads)
     m = {name: statistics.median(values) * 1e3 for name, values in cols.items()}
@@ -269,7 +279,40 @@ def query_cost(
                 "rounds": rounds,
             }
         )
+    hybrid_floor = m["budget:faiss100"] + m["budget:tantivy100"] + m["budget:empty"]
+    for mode in BUDGET_MODES:
+        spent = m[f"budget:{mode}"]
+        rows.append(
+            {
+                "section": "budget cost",
+                "path": f"{mode}, max_tokens={BUDGET}",
+                "children": len(index),
+                "invoke_ms": spent,
+                "floor_ms": hybrid_floor,
+                "ratio": spent / hybrid_floor,
+                "own_ms": spent - hybrid_floor,
+                "queries": len(queries),
+                "rounds": rounds,
+            }
+        )
     return rows
+
+
+def rotation(
+    parts: dict[str, Callable[[int], float]], n_queries: int, rounds: int
+) -> dict[str, list[float]]:
+    """Each part's times, query by query, in an order that rotates (after an untimed round)."""
+    names = list(parts)
+    cols: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(n_queries):  # warm-up, untimed
+        for name in names:
+            parts[name](i)
+    for r in range(rounds):
+        for i in range(n_queries):
+            turn = (r * n_queries + i) % len(names)
+            for name in names[turn:] + names[:turn]:
+                cols[name].append(parts[name](i))
+    return cols
 
 
 def profile_hybrid(corpus: Corpus, queries: list[str], top: int = 15, rounds: int = 3) -> str:
@@ -345,6 +388,18 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"| {r['path']} | {r['children']:,} | {r['invoke_ms']:.2f} ms | "
             f"{r['floor_ms']:.2f} ms ({parts}) | {r['ratio']:.1f}x | {r['own_ms']:.2f} ms |"
         )
+    budget = [r for r in rows if r["section"] == "budget cost"]
+    if budget:
+        lines += [
+            "",
+            "| under a budget (hybrid) | children | invoke | the hybrid floor | ratio | own work |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in budget:
+            lines.append(
+                f"| {r['path']} | {r['children']:,} | {r['invoke_ms']:.2f} ms | "
+                f"{r['floor_ms']:.2f} ms | {r['ratio']:.1f}x | {r['own_ms']:.2f} ms |"
+            )
     opening = [r for r in rows if r["section"] == "opening"]
     if opening:
         lines += [
@@ -414,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, help="cProfile the hybrid path at this size")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--render", type=Path, help="print the tables of a --json file and stop")
+    parser.add_argument(
+        "--code", type=Path, help="measure the langchain_s2b of another checkout (a baseline)"
+    )
     args = parser.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text())
@@ -429,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         args.queries,
         args.rounds,
         opening_sizes=opening,
+        code=args.code,
         workdir=args.workdir,
         profile_at=args.profile,
     )
