@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import faiss
@@ -21,7 +21,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.store.lexical import LexicalIndex
-from langchain_s2b.store.vectors.records import Records, RowsByKey, RowStore
+from langchain_s2b.store.vectors.records import Records, RowStore
 
 _STATIC_INDEXES = ("NSG", "NNDESCENT")
 
@@ -223,3 +223,25 @@ def _ids_of(index: Any) -> np.ndarray:
 def _contents(index: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, vectors)`` an ``IndexIDMap2`` over a flat index holds."""
     return _ids_of(index), faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+
+
+class RowsByKey(Mapping[str, int]):
+    """A read-only ``key -> row`` view of :class:`Records` (the live rows)."""
+
+    def __init__(self, records: RowStore) -> None:
+        self._records = records
+
+    def __getitem__(self, key: str) -> int:
+        row = self._records.row(key)
+        if row < 0:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._records.row(key) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records.keys())
+
+    def __len__(self) -> int:
+        return len(self._records)

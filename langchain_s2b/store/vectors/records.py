@@ -503,25 +503,3 @@ class Records(RecordFiles):
     def unsourced(self) -> list[int]:
         """Live rows whose metadata names no ``source_key``."""
         return sorted(self._unsourced)
-
-
-class RowsByKey(Mapping[str, int]):
-    """A read-only ``key -> row`` view of :class:`Records` (the live rows)."""
-
-    def __init__(self, records: RowStore) -> None:
-        self._records = records
-
-    def __getitem__(self, key: str) -> int:
-        row = self._records.row(key)
-        if row < 0:
-            raise KeyError(key)
-        return row
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._records.row(key) >= 0
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._records.keys())
-
-    def __len__(self) -> int:
-        return len(self._records)
