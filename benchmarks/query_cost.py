@@ -206,10 +206,12 @@ def query_cost(
         for name, r in (("hybrid", hybrid), ("dense", dense))
     }
 
-    def invoke(retriever: SmallToBigRetriever) -> Callable[[int], float]:
+    def invoke(retriever: SmallToBigRetriever, **more: Any) -> Callable[[int], float]:
+        options = {**QUERY, **more}
+
         def run(i: int) -> float:
             c0 = time.thread_time()
-            retriever.invoke(queries[i], **QUERY)
+            retriever.invoke(queries[i], **options)
             return time.thread_time() - c0
 
         return run
@@ -228,16 +230,6 @@ def query_cost(
         EMPTY_RETRIEVER.invoke(queries[i])
         return time.thread_time() - c0
 
-    def budgeted(mode: str) -> Callable[[int], float]:
-        options = {**QUERY, "mode": mode, "max_tokens": BUDGET}
-
-        def run(i: int) -> float:
-            c0 = time.thread_time()
-            hybrid.invoke(queries[i], **options)
-            return time.thread_time() - c0
-
-        return run
-
     floor_parts: dict[str, Callable[[int], float]] = {
         "faiss100": bare(HYBRID_DEPTH),
         "faiss20": bare(DENSE_DEPTH),
@@ -246,7 +238,9 @@ def query_cost(
     }
     issue = {"hybrid": invoke(hybrid), "dense": invoke(dense), **floor_parts}
     # under a budget: a rotation of its own (its leaves' reads would cool the issue's floor)
-    budget = {f"budget:{mode}": budgeted(mode) for mode in BUDGET_MODES}
+    budget = {
+        f"budget:{mode}": invoke(hybrid, mode=mode, max_tokens=BUDGET) for mode in BUDGET_MODES
+    }
     budget |= {f"budget:{name}": floor_parts[name] for name in ("faiss100", "tantivy100", "empty")}
     try:
         cols = rotation(issue, len(queries), rounds) | rotation(budget, len(queries), rounds)

@@ -9,7 +9,7 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Candidate, Group, Hit, MissingNodeError, result_metadata
 from langchain_s2b.core.keys import level_prefix
-from langchain_s2b.core.merge import Chunk, merge_chunks
+from langchain_s2b.core.merge import Chunk, leaf_chunk, merge_chunks
 from langchain_s2b.core.requests import LeafRead, read_whole
 
 
@@ -177,7 +177,7 @@ def first_present(group: Group, fetched: Mapping[str, LeafRead | None]) -> str |
 
 def _chunk(doc: LeafRead, split: int) -> Chunk:
     if isinstance(doc, Chunk):  # a node read from a store's columns: its own numbers
-        return doc if doc.split_id == split else doc._replace(split_id=split)
+        return leaf_chunk(doc, split)
     meta = doc.metadata
     return Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split)
 

@@ -186,9 +186,12 @@ class NodeStore(BaseStore[str, Document]):
         """
         out: list[Document | Chunk | None] = []
         for key in keys:
-            found = None if key in whole or key in self._other else self._locate(key)
-            if found is None:
+            if key in whole or key in self._other:
                 out.append(self._get(key))
+                continue
+            found = self._locate(key)
+            if found is None:
+                out.append(None)
                 continue
             level, source, split, shape = found
             place = self.shapes.spanned_place(shape)
