@@ -112,8 +112,9 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         relevance = dict(zip([h.key for h in hits], scale.zs(h.score for h in hits), strict=True))
         bound = None if last is None or last <= 0 else scale.z(last)
         return Ranked(hits, relevance, None, scale, found.exhausted, last, bound, query=query)
-    lexical = yield from ask(SearchText(query, TOP_N, params.filter))
     by_key = {hit.key: hit for hit in hits}
+    text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
+    lexical = text.hits
     proxies = {hit.key: hit for hit in searched if is_proxy_key(hit.key)}
     missing = [key for key, _ in lexical if is_proxy_key(key) and key not in proxies]
     if missing:  # BM25's proxies the dense search did not return: their covers, dense scores
@@ -124,9 +125,14 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     if proxies or missing:
         lexical = expand_lexical(lexical, proxies)
     missing = [key for key, _ in lexical if key not in by_key]
-    if missing:
-        scored = yield from ask(LeafHits(missing, params.filter, vector))
-        by_key.update((key, scored[key]) for key in missing if key in scored)  # BM25's order
+    if missing:  # scored with BM25's list, but a proxy's covers
+        done = text.scored
+        rest = [key for key in missing if key not in done]
+        scored = (yield from ask(LeafHits(rest, params.filter, vector))) if rest else {}
+        for key in missing:  # BM25's order
+            hit = done[key] if key in done else scored.get(key)
+            if hit is not None:
+                by_key[key] = hit
     dense_z = dict(zip(by_key, scale.zs(hit.score for hit in by_key.values()), strict=True))
     kept = [(key, s) for key, s in lexical if key in by_key]
     order = fuse(dense_z, kept, LEXICAL_WEIGHT)

@@ -66,16 +66,33 @@ class Search(Request[Found]):
     filter: Any
 
 
+class TextHits(NamedTuple):
+    """BM25's answer to :class:`SearchText`: its list, and its leaves the dense search missed."""
+
+    hits: list[tuple[str, float]]
+    """The ``n`` best leaves as ``(key, score)``, best first."""
+    scored: dict[str, Candidate | None]
+    """Each leaf of :attr:`hits` outside ``known`` (proxies aside) as :class:`LeafHits` answers
+    it: its hit, scored against the query vector; ``None`` where ``LeafHits`` leaves it out."""
+
+
 @dataclass(frozen=True)
-class SearchText(Request[list[tuple[str, float]]]):
+class SearchText(Request[TextHits]):
     """The ``n`` best leaves that pass ``filter``, by BM25 over their text, as ``(key, score)``.
 
-    Empty when the child index has no lexical part (``hybrid=False``).
+    Hybrid fusion needs the dense score of every leaf BM25 finds: those the
+    dense search did not return (not in ``known``, and not a proxy: a
+    proxy's covers are the caller's) come scored against ``vector`` in the
+    same request (:attr:`TextHits.scored`); an index with row numbers joins the
+    two lists on rows, without parsing keys back (issue 34). Empty when the
+    child index has no lexical part (``hybrid=False``).
     """
 
     query: str
     n: int
     filter: Any
+    vector: Vector = None
+    known: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

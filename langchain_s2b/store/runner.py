@@ -44,6 +44,7 @@ from langchain_s2b.core.requests import (
     Search,
     SearchMany,
     SearchText,
+    TextHits,
     WriteContexts,
     WriteProxies,
 )
@@ -136,10 +137,10 @@ class Runner:
                 return index.search(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return index.search_many(vectors, queries, fetch, flt)
-            case SearchText(query, n, flt):
+            case SearchText(query, n, flt, vector, known):
                 if isinstance(index, HybridChildIndex):
-                    return index.search_text(query, n, flt)
-                return []
+                    return index.text_hits(query, n, flt, vector, known)
+                return TextHits([], {})
             case LeafHits(keys, flt, vector):
                 return index.leaf_hits(keys, flt, vector)
             case ReadHits(keys):
@@ -196,10 +197,10 @@ class Runner:
                 return await index.asearch(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return await index.asearch_many(vectors, queries, fetch, flt)
-            case SearchText(query, n, flt):
+            case SearchText(query, n, flt, vector, known):
                 if isinstance(index, HybridChildIndex):
-                    return await index.asearch_text(query, n, flt)
-                return []
+                    return await index.atext_hits(query, n, flt, vector, known)
+                return TextHits([], {})
             case LeafHits(keys, flt, vector):
                 return await index.aleaf_hits(keys, flt, vector)
             case ReadHits(keys):

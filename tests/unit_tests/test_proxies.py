@@ -23,7 +23,7 @@ from langchain_s2b.core import verify as checks
 from langchain_s2b.core.hits import Hit, Scored
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.proxies import Proxy
-from langchain_s2b.core.requests import Found, LeafHits, Op, Search, SearchText
+from langchain_s2b.core.requests import Found, LeafHits, Op, Search, SearchText, TextHits
 from langchain_s2b.core.tree import Level, Node, Tree
 
 from ._embeddings import ExactWords
@@ -405,7 +405,7 @@ def test_a_proxy_only_bm25_found_counts_for_its_leaves_under_hybrid_search() -> 
     asked: list[Any] = []
     answers: dict[type, Any] = {
         Search: Found(dense, True),
-        SearchText: [("a/proxy/0", 3.0), ("a/sentence/0", 1.0)],
+        SearchText: TextHits([("a/proxy/0", 3.0), ("a/sentence/0", 1.0)], {}),
         LeafHits: {"a/proxy/0": proxy},
     }
     request = next(op)

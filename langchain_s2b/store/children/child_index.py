@@ -43,7 +43,7 @@ from langchain_s2b.core.keys import is_proxy_key, parse_node_key
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.children.child_base import _float_lists
 from langchain_s2b.store.children.child_writes import ChildWrites
-from langchain_s2b.store.vectors import FaissIndex
+from langchain_s2b.store.vectors import FaissIndex, Located, Place
 
 _BY_SCORE = operator.attrgetter("score")
 
@@ -170,10 +170,14 @@ class ChildIndex(ChildWrites):
         ]
         return _wanted(keys, hits)
 
-    def leaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Candidate]:
+    def leaf_hits(
+        self, keys: list[str], flt: Any, vector: Vector, located: Located | None = None
+    ) -> dict[str, Candidate]:
         """These leaves scored against ``vector`` as a search would score them.
 
-        See :class:`LeafHits`. ``FaissIndex`` scores its stored vectors directly; any other store is
+        See :class:`LeafHits`. ``FaissIndex`` scores its stored vectors directly
+        (``located``: keys whose rows a read under the same hold found, see
+        :meth:`FaissIndex.search_text`); any other store is
         searched for exactly these leaves (a metadata filter on their source,
         level and split id, with ``flt``).
         """
@@ -184,7 +188,7 @@ class ChildIndex(ChildWrites):
         if index is None:
             pairs = self._search_generic(vector, "", len(keys), _only(keys, flt))
             return _wanted(keys, [hit_from_child(doc, score) for doc, score in pairs])
-        held = [(row, place) for row, place in index.node_rows(keys) if row >= 0]
+        held = [(row, place) for row, place in _node_rows(index, keys, located) if row >= 0]
         rows = [row for row, _ in held]
         scores = index.scores_of(_query_row(vector), rows)
         if scores is None:
@@ -355,6 +359,17 @@ def _only(keys: Sequence[str], flt: Any) -> dict[str, Any]:
         ]
     }
     return wanted if flt is None else {"$and": [flt, wanted]}
+
+
+def _node_rows(
+    index: FaissIndex, keys: Sequence[str], located: Located | None
+) -> list[tuple[int, Place | None]]:
+    """:meth:`FaissIndex.node_rows` of ``keys``; those in ``located`` are not looked up again."""
+    if not located:
+        return index.node_rows(keys)
+    unknown = [key for key in keys if key not in located]
+    found = dict(zip(unknown, index.node_rows(unknown), strict=True)) if unknown else {}
+    return [located[key] if key in located else found[key] for key in keys]
 
 
 def _wanted(keys: Sequence[str], hits: Sequence[C]) -> dict[str, C]:

@@ -47,11 +47,14 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
+from langchain_s2b.core.hits import Candidate
 from langchain_s2b.core.keys import is_proxy_key
+from langchain_s2b.core.requests import TextHits, Vector
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.base import all_or_nothing, undone
 from langchain_s2b.store.children.child_index import ChildIndex
 from langchain_s2b.store.lexical import Lexical, LexicalIndex, PgLexical, is_pgvector
+from langchain_s2b.store.vectors import Located
 
 
 @dataclass
@@ -224,6 +227,36 @@ class HybridChildIndex(DenseChildIndex):
         """Async :meth:`search_text`."""
         return await run_in_executor(None, self.search_text, query, n, flt)
 
+    def text_hits(
+        self, query: str, n: int, flt: Any, vector: Vector, known: frozenset[str]
+    ) -> TextHits:
+        """See :class:`SearchText`: BM25's list, and its leaves outside ``known`` scored.
+
+        ``FaissIndex`` joins the two on rows, held still between them: a key
+        BM25 read from its row column is scored at that row, not looked up again.
+        """
+        index = self.faiss
+        if self.backend is not None or index is None or vector is None:
+            found = self.search_text(query, n, flt)
+            missing = _unscored(found, known)
+            return TextHits(found, _tried(missing, self.leaf_hits(missing, flt, vector)))
+        located: Located = {}
+        with index.hold():
+            found = index.search_text(query, n, flt, located)
+            missing = _unscored(found, known)
+            scored = self.leaf_hits(missing, flt, vector, located)
+        return TextHits(found, _tried(missing, scored))
+
+    async def atext_hits(
+        self, query: str, n: int, flt: Any, vector: Vector, known: frozenset[str]
+    ) -> TextHits:
+        """Async :meth:`text_hits` (another store is searched and scored asynchronously)."""
+        if self.backend is None and self.faiss is not None:
+            return await run_in_executor(None, self.text_hits, query, n, flt, vector, known)
+        found = await self.asearch_text(query, n, flt)
+        missing = _unscored(found, known)
+        return TextHits(found, _tried(missing, await self.aleaf_hits(missing, flt, vector)))
+
     def lexical_keys(self) -> set[str]:
         """Every leaf key the lexical index holds (for ``verify``)."""
         if self.backend is not None:
@@ -282,6 +315,16 @@ def _new_shared(vectorstore: VectorStore) -> _Shared:
         lexical = PgLexical(vectorstore)
         return _Shared(lexical, built=len(lexical) > 0)
     return _Shared(LexicalIndex())
+
+
+def _unscored(found: list[tuple[str, float]], known: frozenset[str]) -> list[str]:
+    """BM25's leaves the dense search did not return, in its order (a proxy is the caller's)."""
+    return [key for key, _ in found if key not in known and not is_proxy_key(key)]
+
+
+def _tried(missing: list[str], scored: dict[str, Candidate]) -> dict[str, Candidate | None]:
+    """Each leaf asked for: its hit, or ``None`` (held no more, filtered out, not scored)."""
+    return {key: scored.get(key) for key in missing}
 
 
 def _entries(leaves: list[Document]) -> list[Entry]:

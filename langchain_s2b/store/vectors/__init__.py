@@ -20,8 +20,18 @@ if TYPE_CHECKING:
         read_faiss_file,
     )
     from langchain_s2b.store.vectors.faiss_index import FaissIndex
+    from langchain_s2b.store.vectors.faiss_lexical import Located
+    from langchain_s2b.store.vectors.records import Place
 
-__all__ = ["FaissIndex", "LEGACY_RECORDS_FILE", "SAVED_FILES", "normalise", "read_faiss_file"]
+__all__ = [
+    "FaissIndex",
+    "LEGACY_RECORDS_FILE",
+    "Located",
+    "Place",
+    "SAVED_FILES",
+    "normalise",
+    "read_faiss_file",
+]
 
 _HOMES = {
     "normalise": "langchain_s2b.store.vectors.faiss_base",
@@ -29,6 +39,8 @@ _HOMES = {
     "SAVED_FILES": "langchain_s2b.store.vectors.faiss_files",
     "read_faiss_file": "langchain_s2b.store.vectors.faiss_files",
     "FaissIndex": "langchain_s2b.store.vectors.faiss_index",
+    "Located": "langchain_s2b.store.vectors.faiss_lexical",
+    "Place": "langchain_s2b.store.vectors.records",
 }
 
 

@@ -44,6 +44,8 @@ search by the caller, searching deeper as needed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 import faiss
@@ -55,7 +57,7 @@ from langchain_s2b.core.filters import Filter, check_filter, filter_key, matches
 from langchain_s2b.core.tree import NODE_FIELDS
 from langchain_s2b.store.vectors.faiss_base import normalise
 from langchain_s2b.store.vectors.faiss_files import FaissSaves
-from langchain_s2b.store.vectors.faiss_lexical import FaissLexical
+from langchain_s2b.store.vectors.faiss_lexical import FaissLexical, Located
 from langchain_s2b.store.vectors.faiss_writes import FaissWrites
 from langchain_s2b.store.vectors.records import Records
 
@@ -82,6 +84,14 @@ class FaissIndex(FaissLexical, FaissWrites, FaissSaves):
             them and moves them in (default: FAISS's 39 per IVF list, at least
             10,000). Call :meth:`train` to train on a sample of your own instead.
     """
+
+    def hold(self) -> AbstractContextManager[Any]:
+        """Hold the index still across several reads: no write comes between them.
+
+        Its own reentrant lock (every method takes it too), for a caller that
+        joins what one read gave with the next (rows found by BM25, scored).
+        """
+        return self._lock
 
     def rows_of(self, ids: Sequence[str]) -> list[int]:
         """The row of each key (``-1``: not held)."""
@@ -202,15 +212,23 @@ class FaissIndex(FaissLexical, FaissWrites, FaissSaves):
         with self._lock:
             return self._rows.records(rows)
 
-    def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
-        """The ``n`` best leaves by BM25 that pass ``flt`` (selected before ranking)."""
+    def search_text(
+        self, query: str, n: int, flt: Any, located: Located | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``n`` best leaves by BM25 that pass ``flt`` (selected before ranking).
+
+        ``located``: filled with the row and place of each key read from the
+        row column (see :meth:`keys_of_rows`), valid while the index is held
+        (:meth:`hold`).
+        """
         check_filter(flt)
         lexical = self.lexical()
+        key_of = partial(self.keys_of_rows, located=located)
         if flt is None:
-            return lexical.search(query, n, key_of=self.keys_of_rows)
+            return lexical.search(query, n, key_of=key_of)
         sources = self.matching_sources(flt)
         if sources is not None:
-            return lexical.search(query, n, sources=sources, key_of=self.keys_of_rows)
+            return lexical.search(query, n, sources=sources, key_of=key_of)
         held = self._rows
 
         def keep(key: str, _: dict[str, Any]) -> bool:

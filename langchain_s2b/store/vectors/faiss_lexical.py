@@ -12,7 +12,10 @@ import numpy as np
 
 from langchain_s2b.store.lexical import LexicalIndex
 from langchain_s2b.store.vectors.faiss_base import FaissBase
-from langchain_s2b.store.vectors.records import Records
+from langchain_s2b.store.vectors.records import Place, Records
+
+Located = dict[str, tuple[int, Place | None]]
+"""Key -> its row and place, as ``FaissIndex.node_rows`` gives them."""
 
 
 class FaissLexical(FaissBase):
@@ -84,10 +87,22 @@ class FaissLexical(FaissBase):
             held = self._rows
             return {key for key, row in pairs.items() if row is None or held.row(key) == row}
 
-    def keys_of_rows(self, rows: list[int]) -> list[str | None]:
-        """The key of each row (``None``: not a live row), for a lexical search's hits."""
+    def keys_of_rows(self, rows: list[int], located: Located | None = None) -> list[str | None]:
+        """The key of each row (``None``: not a live row), for a lexical search's hits.
+
+        ``located``: also filled with each key's row and place, as
+        :meth:`~langchain_s2b.store.vectors.FaissIndex.node_rows` gives them.
+        """
         with self._lock:
             held = self._rows
-            if isinstance(held, Records):
-                return held.keys_of(np.asarray(rows, dtype=np.int64))
-            return [None if row < 0 else held.key(row) for row in rows]
+            if not isinstance(held, Records):
+                keys = [None if row < 0 else held.key(row) for row in rows]
+                places: list[Place | None] = [None] * len(rows)
+            else:
+                at = np.asarray(rows, dtype=np.int64)
+                places = held.node_places(at)
+                keys = held.keys_of(at, places)
+            if located is not None:
+                found = zip(keys, rows, places, strict=True)
+                located.update((key, (row, place)) for key, row, place in found if key is not None)
+            return keys

@@ -41,6 +41,8 @@ from langchain_s2b.store.vectors.record_files import _NO_SHAPE, RecordFiles
 
 Record = tuple[str, str, dict[str, Any]]
 """``(key, text, metadata)`` of one row."""
+Place = tuple[str, str, int]
+"""``(node key, source key, split id)`` of a row kept under its node key (``node_places``)."""
 _GARBAGE = 0.5
 """Share of dead text bytes at which the text blocks are rewritten with the live rows only."""
 
@@ -352,11 +354,14 @@ class Records(RecordFiles):
         number = int(split)
         return (slots.data.item(number) if number < slots.size else -1), source, number
 
-    def keys_of(self, rows: np.ndarray) -> list[str | None]:
-        """:meth:`key` of each row, in one pass (``-1``, not live: ``None``)."""
+    def keys_of(
+        self, rows: np.ndarray, places: Sequence[Place | None] | None = None
+    ) -> list[str | None]:
+        """:meth:`key` of each row, in one pass (``-1``, not live: ``None``); ``places``: theirs."""
         named = self._names
         out: list[str | None] = []
-        for row, place in zip(rows.tolist(), self.node_places(rows), strict=True):
+        found = self.node_places(rows) if places is None else places
+        for row, place in zip(rows.tolist(), found, strict=True):
             out.append(
                 place[0] if place is not None else named.get(row) if self.is_live(row) else None
             )
