@@ -35,9 +35,9 @@ _PROXY_MARK = f"/{PROXY_LEVEL}/"
 _SAFE = re.compile(r"[A-Za-z0-9_-]")
 _MAX_KEY_CHARS = 160
 _HASHED_PREFIX = "h-"
-_LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
 _GENERATION = ".g"
-_GENERATION_KEY = re.compile(r"^(?P<base>[^/]+?)\.g(?P<n>[1-9][0-9]*)$")
+_GENERATION_KEY = re.compile(r"^(?P<base>[^/]+?)\.g(?P<n>[1-9][0-9]*)\Z")
 
 
 class NodeKey(NamedTuple):

@@ -245,6 +245,9 @@ def node_batches(draw: st.DrawFn) -> list[tuple[str, Document]]:
         if named is not None:
             meta["source_key"] = named
         pairs.append((key, Document(page_content=body, metadata=meta, id=key)))
+        if draw(st.booleans()):  # the same key and a newline: another key, never this node
+            other = f"{key}\n"
+            pairs.append((other, Document(page_content=draw(TEXT), metadata=meta, id=other)))
     pairs.append((f"{source}/manifest", Document("", metadata={"v": 1}, id=f"{source}/manifest")))
     pairs.append(("elsewhere", Document(draw(TEXT), metadata={"x": draw(JSONISH)})))
     return pairs

@@ -14,6 +14,7 @@ from langchain_text_splitters import CharacterTextSplitter
 
 from langchain_s2b import SmallToBigRetriever, WindowSplitter
 from langchain_s2b.core.keys import (
+    check_level_name,
     composite_source_id,
     encode_source_key,
     is_manifest_key,
@@ -22,6 +23,7 @@ from langchain_s2b.core.keys import (
     manifest_key,
     node_key,
     parse_node_key,
+    split_generation,
 )
 
 
@@ -53,12 +55,28 @@ class TestNodeKeys:
         assert is_node_key(key)
 
     @pytest.mark.parametrize(
-        "key", ["abc/manifest", "abc/manifest/0", "abc/child", "/child/1", "a/Child/1", "a/b/-1"]
+        "key",
+        [
+            "abc/manifest",
+            "abc/manifest/0",
+            "abc/child",
+            "/child/1",
+            "a/Child/1",
+            "a/b/-1",
+            "a/child/1\n",
+            "a/child\n/1",  # a level name ends where the text does: no newline after it
+        ],
     )
     def test_not_node_keys(self, key: str) -> None:
         assert not is_node_key(key)
         with pytest.raises(ValueError, match="Not a node key"):
             parse_node_key(key)
+
+    def test_a_level_name_or_generation_with_a_trailing_newline_is_none(self) -> None:
+        with pytest.raises(ValueError, match="Level names must match"):
+            check_level_name("sentence\n")
+        assert split_generation("x.g2") == ("x", 2)
+        assert split_generation("x.g2\n") == ("x.g2\n", 0)
 
     def test_manifest_key(self) -> None:
         assert manifest_key("abc") == "abc/manifest"

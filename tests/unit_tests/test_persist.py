@@ -324,6 +324,9 @@ CRAFTED: dict[str, Callable[[Path, Path], Any]] = {
         snap, "records.npz", lambda a: a.update(rows=np.asarray(["x"] * len(a["rows"])))
     ),
     "record row past next": lambda snap, m: _edit_header(snap, next=0),
+    "factory and a newline": lambda snap, m: _edit_header(
+        snap, factory=json.loads((snap / "children.json").read_text())["factory"] + "\n"
+    ),
     "record shape not pairs": lambda snap, m: (snap / "records.shapes.jsonl").write_text(
         '{"a": 1}\n'
     ),

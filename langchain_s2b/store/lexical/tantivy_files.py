@@ -70,7 +70,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_SEGMENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_SEGMENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 _FOOTER_MAGIC = 1337
 """The last four bytes of every tantivy file (little-endian), after the footer's length."""
 

@@ -59,7 +59,7 @@ SHAPES_FILE = "nodes.shapes.jsonl"
 NAMES_FILE = "nodes.names.json"
 OTHER_FILE = "nodes.other.jsonl"
 FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, NAMES_FILE, OTHER_FILE)
-_NODE_KEY = re.compile(r"^([^/]+)/([a-z][a-z0-9_]*)/(0|[1-9][0-9]*)$")
+_NODE_KEY = re.compile(r"^([^/]+)/([a-z][a-z0-9_]*)/(0|[1-9][0-9]*)\Z")
 
 
 class NodeStore(BaseStore[str, Document]):

@@ -31,7 +31,7 @@ READERS_FILE = ".readers"
 """In each snapshot: loads hold it shared while they read the snapshot (module docstring)."""
 _ATTEMPTS = 100
 """Times a load reads ``CURRENT`` again when saves removed the snapshot it named meanwhile."""
-_SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}$")
+_SNAPSHOT = re.compile(r"^snapshot-[0-9]+-[0-9a-f]{8}\Z")
 
 
 def current_snapshot(root: Path) -> Path:

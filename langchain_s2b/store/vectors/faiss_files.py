@@ -139,7 +139,7 @@ class FaissSaves(FaissBase):
 
 # Reading the files back (every value checked) -------------------------------------
 
-_FACTORY = re.compile(r"^[A-Za-z0-9_,.\-]{1,200}$")
+_FACTORY = re.compile(r"^[A-Za-z0-9_,.\-]{1,200}\Z")
 LegacyRecord = tuple[int, str, str, dict[str, Any]]
 
 
