@@ -496,7 +496,7 @@ class SmallToBigRetriever(BaseRetriever):
         copied unless ``include_docstore=True``: pass it again to :meth:`load`.
         """
         store = self.vectorstore
-        lexical = store.built_lexical() if isinstance(store, FaissIndex) else None
+        lexical = store.lexical_to_save() if isinstance(store, FaissIndex) else None
         saved = persist.Saved(
             store, self.docstore, self._levels, self._options(), lexical, self._embedded()
         )

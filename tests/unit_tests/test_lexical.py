@@ -408,6 +408,66 @@ class TestWithTheRetriever:
         assert store.built_lexical() is None  # built from the records on first use
         assert {word: store.search_text(word, 5, None) for word in words} == want
 
+    def test_one_without_rows_is_saved_with_them(self, tmp_path: Path) -> None:
+        """A lexical index saved before issue 34 (no row column) is written with rows by the
+        next save: built again from the records, so the next load reads keys by row."""
+        retriever = _hybrid()
+        store = retriever.vectorstore
+        assert isinstance(store, FaissIndex)
+        words = ("walrus", "duke", "norse france", "rollo")
+        want = {word: store.search_text(word, 5, None) for word in words}
+        query = "walrus duke"
+        answer = retriever.invoke(query, max_tokens=10)
+        old = LexicalIndex.scratch()  # keys only, no rows
+        old.add([leaf(key, text) for key, text in zip(sorted(_KEYS), TEXT_SENTENCES, strict=True)])
+        store._lexical = None
+        store.adopt_lexical(old)
+        retriever.save(tmp_path / "old")  # the first save after it
+        upgraded = store.built_lexical()
+        assert upgraded is not None
+        assert upgraded is not old
+        assert upgraded.rows
+        keys = sorted(_KEYS)
+        assert upgraded.key_rows() == dict(zip(keys, store.rows_of(keys), strict=True))
+        loaded = SmallToBigRetriever.load(tmp_path / "old", BagOfWords())
+        assert isinstance(loaded.vectorstore, FaissIndex)
+        lexical = loaded.vectorstore.built_lexical()
+        assert lexical is not None
+        assert lexical.rows
+        assert {word: loaded.vectorstore.search_text(word, 5, None) for word in words} == want
+        assert loaded.invoke(query, max_tokens=10) == answer
+        retriever.save(tmp_path / "again")
+        assert store.built_lexical() is upgraded  # once: one with rows is saved as it is
+
+    def test_a_failed_upgrade_keeps_the_old_index_and_the_old_save(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        retriever = _hybrid()
+        store = retriever.vectorstore
+        assert isinstance(store, FaissIndex)
+        retriever.save(tmp_path / "idx")
+        answer = retriever.invoke("walrus duke", max_tokens=10)
+        old = LexicalIndex.scratch()
+        old.add([leaf(key, text) for key, text in zip(sorted(_KEYS), TEXT_SENTENCES, strict=True)])
+        store._lexical = None
+        store.adopt_lexical(old)
+
+        def fail(self: FaissIndex) -> LexicalIndex:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(FaissIndex, "_built_from_records", fail)
+        with pytest.raises(KeyboardInterrupt):
+            retriever.save(tmp_path / "idx")
+        assert store.built_lexical() is old  # still served
+        assert retriever.invoke("walrus duke", max_tokens=10) == answer
+        loaded = SmallToBigRetriever.load(tmp_path / "idx", BagOfWords())
+        assert loaded.invoke("walrus duke", max_tokens=10) == answer  # the previous save
+        monkeypatch.undo()
+        retriever.save(tmp_path / "idx")
+        lexical = store.built_lexical()
+        assert lexical is not None
+        assert lexical.rows
+
     def test_hybrid_off_keeps_no_lexical_index(self) -> None:
         retriever = _hybrid(hybrid=False)
         assert not isinstance(retriever._io.index, HybridChildIndex)

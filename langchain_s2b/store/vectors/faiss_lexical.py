@@ -29,23 +29,41 @@ class FaissLexical(FaissBase):
         """
         with self._lock:
             if self._lexical is None:
-                lexical = LexicalIndex.scratch(documents=False, rows=True)
-                held = self._rows
-                found = [(row, held.record(row)) for row in held.live_rows().tolist()]
-                pairs = [(row, record) for row, record in found if record is not None]
-                lexical.add([record for _, record in pairs], [row for row, _ in pairs])
-                self._lexical = lexical
+                self._lexical = self._built_from_records()
             return self._lexical
 
+    def _built_from_records(self) -> LexicalIndex:
+        """A new lexical index of the live rows, with the row column (the current one stays)."""
+        lexical = LexicalIndex.scratch(documents=False, rows=True)
+        held = self._rows
+        found = [(row, held.record(row)) for row in held.live_rows().tolist()]
+        pairs = [(row, record) for row, record in found if record is not None]
+        lexical.add([record for _, record in pairs], [row for row, _ in pairs])
+        return lexical
+
     def rebuild_lexical(self) -> None:
-        """Build the lexical index again from the records (``verify(repair=True)``)."""
+        """Build the lexical index again from the records (``verify(repair=True)``).
+
+        The new one is built whole before it replaces the old (a failure keeps the old).
+        """
         with self._lock:
-            self._lexical = None
-            self.lexical()
+            self._lexical = self._built_from_records()
 
     def built_lexical(self) -> LexicalIndex | None:
-        """The lexical index if it was built (for saving), else ``None``."""
+        """The lexical index if it was built, else ``None``."""
         return self._lexical
+
+    def lexical_to_save(self) -> LexicalIndex | None:
+        """The lexical index a save writes (``None``: none was built).
+
+        One adopted from a save made before the row column (issue 34: its
+        hits are read by stored key) is built again from the records first,
+        once, so the next load reads BM25's keys by row.
+        """
+        with self._lock:
+            if self._lexical is not None and not self._lexical.rows:
+                self._lexical = self._built_from_records()
+            return self._lexical
 
     def adopt_lexical(self, lexical: LexicalIndex) -> None:
         """Use a lexical index read from a save (with this index: as many leaves, checksummed).
