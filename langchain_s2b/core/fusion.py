@@ -64,10 +64,18 @@ def fuse(
     standardised over itself, and a key it did not return gets its lowest
     z-score. Ties keep the order of ``dense_z``.
     """
+    zs = z_scores([s for _, s in lexical])
+    return fuse_z(dense_z, dict(zip([k for k, _ in lexical], zs, strict=True)), weight)
+
+
+def fuse_z(
+    dense_z: Mapping[K, float], lexical_z: Mapping[K, float], weight: float = LEXICAL_WEIGHT
+) -> list[tuple[K, float]]:
+    """:func:`fuse` with the lexical z-scores taken (a key not in them: their lowest)."""
     if weight < 0 or math.isnan(weight):
         msg = f"The lexical weight must be 0 or more; got {weight!r}."
         raise ValueError(msg)
-    zl = dict(zip([k for k, _ in lexical], z_scores([s for _, s in lexical]), strict=True))
+    zl = lexical_z
     floor = min(zl.values(), default=0.0)
     keys = list(dense_z)
     fused = [z + weight * zl.get(key, floor) for key, z in dense_z.items()]

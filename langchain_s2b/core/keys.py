@@ -31,7 +31,8 @@ from typing import Any, NamedTuple
 MANIFEST = "manifest"
 PROXY_LEVEL = "proxy"
 """The reserved level of a proxy's key (:mod:`~langchain_s2b.core.proxy_spans`)."""
-_PROXY_MARK = f"/{PROXY_LEVEL}/"
+PROXY_MARK = f"/{PROXY_LEVEL}/"
+"""What every proxy's key holds (``PROXY_MARK in key`` is :func:`is_proxy_key`, inlined)."""
 _SAFE = re.compile(r"[A-Za-z0-9_-]")
 _MAX_KEY_CHARS = 160
 _HASHED_PREFIX = "h-"
@@ -108,7 +109,7 @@ def check_level_name(level: str) -> str:
 
 def is_proxy_key(key: str) -> bool:
     """Whether a child key is a proxy's (a node key of level :data:`PROXY_LEVEL`)."""
-    return _PROXY_MARK in key
+    return PROXY_MARK in key
 
 
 def node_key(source_key: str, level: str, split_id: int) -> str:

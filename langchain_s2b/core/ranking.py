@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse, z_scores
+from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse_z, z_scores
 from langchain_s2b.core.hits import Candidate, Hit, all_read, dedupe_hits, unread, with_read
-from langchain_s2b.core.keys import is_proxy_key
+from langchain_s2b.core.keys import PROXY_MARK
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.proxy_spans import expand, expand_lexical
 from langchain_s2b.core.relevance import STATS_DEPTH, Scale, cut, scale_of
@@ -115,8 +115,8 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     by_key = {hit.key: hit for hit in hits}
     text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
     lexical = text.hits
-    proxies = {hit.key: hit for hit in searched if is_proxy_key(hit.key)}
-    missing = [key for key, _ in lexical if is_proxy_key(key) and key not in proxies]
+    proxies = {hit.key: hit for hit in searched if PROXY_MARK in hit.key}  # is_proxy_key
+    missing = [key for key, _ in lexical if PROXY_MARK in key and key not in proxies]
     if missing:  # BM25's proxies the dense search did not return: their covers, dense scores
         scored = yield from ask(LeafHits(missing, params.filter, vector))
         more = [scored[key] for key in missing if key in scored]
@@ -135,12 +135,13 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
                 by_key[key] = hit
     dense_z = dict(zip(by_key, scale.zs(hit.score for hit in by_key.values()), strict=True))
     kept = [(key, s) for key, s in lexical if key in by_key]
-    order = fuse(dense_z, kept, LEXICAL_WEIGHT)
+    kept_z = z_scores([s for _, s in kept])
+    order = fuse_z(dense_z, dict(zip([k for k, _ in kept], kept_z, strict=True)), LEXICAL_WEIGHT)
     fused_scale = scale_of([score for _, score in order])
     relevance = dict(zip([k for k, _ in order], fused_scale.zs(s for _, s in order), strict=True))
     bound = None
     if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
-        floor = min(z_scores([s for _, s in kept]), default=0.0)
+        floor = min(kept_z, default=0.0)
         bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
     hits = [by_key[key] for key, _ in order]
     return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound, query=query)
