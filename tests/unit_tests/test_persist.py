@@ -21,6 +21,7 @@ from typing import Any
 import faiss
 import numpy as np
 import pytest
+import xxhash
 from langchain_classic.storage import LocalFileStore
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -201,9 +202,9 @@ class TestRefusals:
 
     def test_format_version_mismatch(self, tmp_path: Path) -> None:
         build().save(tmp_path / "idx")
-        edit_config(snapshot(tmp_path / "idx"), lambda m: m.update(format_version=3))
+        edit_config(snapshot(tmp_path / "idx"), lambda m: m.update(format_version=4))
         with pytest.raises(
-            ValueError, match=r"format version 3; this langchain_s2b reads versions \[1, 2\]"
+            ValueError, match=r"format version 4; this langchain_s2b reads versions \[1, 2, 3\]"
         ):
             SmallToBigRetriever.load(tmp_path / "idx", emb())
 
@@ -584,8 +585,54 @@ CRAFTED_V1: dict[str, Callable[[Path, Path], Any]] = {
 }
 
 
+class TestChecksums:
+    """A save records an xxh3-128 checksum per file (format 3); a format-2 save's SHA-256s
+    still verify. Either way one changed byte in any file is a one-line damaged save."""
+
+    def test_every_file_of_a_save_has_its_xxh3_checksum(self, tmp_path: Path) -> None:
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        meta = json.loads((snap / "s2b.json").read_text())
+        assert meta["format_version"] == 3
+        for name, recorded in meta["files"].items():
+            data = (snap / name).read_bytes()
+            assert recorded == f"xxh3-128:{xxhash.xxh3_128(data).hexdigest()}", name
+
+    def test_a_format_2_save_of_sha256s_loads(self, tmp_path: Path) -> None:
+        r = build()
+        r.save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        reseal(snap)  # SHA-256 hex digests, as format 2 wrote them
+        edit_config(snap, lambda m: m.update(format_version=2))
+        assert answers(SmallToBigRetriever.load(tmp_path / "idx", emb())) == answers(r)
+
+    @pytest.mark.parametrize("kind", ["xxh3-128", "sha256"])
+    def test_one_changed_byte_in_any_file_is_a_damaged_save(
+        self, tmp_path: Path, kind: str
+    ) -> None:
+        build().save(tmp_path / "idx")
+        snap = snapshot(tmp_path / "idx")
+        if kind == "sha256":
+            reseal(snap)
+        names = json.loads((snap / "s2b.json").read_text())["files"]
+        for name in names:
+            file = snap / name
+            data = bytearray(file.read_bytes())
+            if not data:
+                continue
+            data[len(data) // 2] ^= 1
+            file.write_bytes(bytes(data))
+            with pytest.raises(ValueError, match="does not match its checksum") as err:
+                SmallToBigRetriever.load(tmp_path / "idx", emb())
+            assert len(str(err.value).splitlines()) == 1
+            assert name in str(err.value)
+            data[len(data) // 2] ^= 1
+            file.write_bytes(bytes(data))
+        SmallToBigRetriever.load(tmp_path / "idx", emb())  # every byte back: it loads
+
+
 class TestFormatVersion1:
-    def test_a_version_1_save_is_read_and_saved_again_as_version_2(self, tmp_path: Path) -> None:
+    def test_a_version_1_save_is_read_and_saved_again_as_the_current(self, tmp_path: Path) -> None:
         r = build()
         save_v1(r, tmp_path / "idx")
         loaded = SmallToBigRetriever.load(tmp_path / "idx", emb())
@@ -594,7 +641,7 @@ class TestFormatVersion1:
         assert loaded.verify().ok
         loaded.save(tmp_path / "idx")
         snap = snapshot(tmp_path / "idx")
-        assert json.loads((snap / "s2b.json").read_text())["format_version"] == 2
+        assert json.loads((snap / "s2b.json").read_text())["format_version"] == 3
         assert not (snap / "children.jsonl").exists()
         assert answers(SmallToBigRetriever.load(tmp_path / "idx", emb())) == answers(r)
 

@@ -25,8 +25,11 @@ if TYPE_CHECKING:
         utf8_block,
     )
     from langchain_s2b.store.base.files import (
+        CHECKSUM,
         TEMP_PREFIX,
+        checksum_matches,
         class_name,
+        file_checksum,
         fsync_and_hash,
         fsync_dir,
         sha256_file,
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from langchain_s2b.store.base.undo import Undo, all_or_nothing, undone, warn_undo
 
 __all__ = [
+    "CHECKSUM",
     "Column",
     "lazy_face",
     "SLOTS_PER_ENTRY",
@@ -45,8 +49,10 @@ __all__ = [
     "Undo",
     "all_or_nothing",
     "check_slots",
+    "checksum_matches",
     "class_name",
     "decode_utf8",
+    "file_checksum",
     "first_line",
     "fsync_and_hash",
     "fsync_dir",
@@ -70,7 +76,10 @@ _HOMES = {
     "first_line": "langchain_s2b.store.base.columns",
     "read_arrays": "langchain_s2b.store.base.columns",
     "utf8_block": "langchain_s2b.store.base.columns",
+    "CHECKSUM": "langchain_s2b.store.base.files",
     "TEMP_PREFIX": "langchain_s2b.store.base.files",
+    "checksum_matches": "langchain_s2b.store.base.files",
+    "file_checksum": "langchain_s2b.store.base.files",
     "class_name": "langchain_s2b.store.base.files",
     "fsync_and_hash": "langchain_s2b.store.base.files",
     "fsync_dir": "langchain_s2b.store.base.files",

@@ -9,6 +9,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 TEMP_PREFIX = ".tmp-"
 """Names of half-written files start with this; a later save removes them."""
 
@@ -27,11 +29,40 @@ def sha256_file(file: Path) -> str:
     return h.hexdigest()
 
 
+CHECKSUM = "xxh3-128"
+"""The hash a save records per file, as ``xxh3-128:<hex>``.
+
+It catches damage (a torn write, a truncated copy, flipped bits) at ~10x the
+speed of SHA-256, which was a quarter of the CPU of opening a save of 1M
+children (issue 34). It is no defence against tampering, and SHA-256 was none
+either: whoever can write the files can write their checksums too; no loaded
+file can run code whatever it holds (no pickle)."""
+
+
+def file_checksum(file: Path) -> str:
+    """The checksum a save records for ``file``: ``xxh3-128:<hex>``."""
+    digest = xxhash.xxh3_128()
+    with file.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"{CHECKSUM}:{digest.hexdigest()}"
+
+
+def checksum_matches(file: Path, recorded: str) -> bool:
+    """Whether ``file`` has the checksum a save recorded.
+
+    ``xxh3-128:<hex>``, or a bare SHA-256 hex digest (saves written before it).
+    """
+    if recorded.startswith(f"{CHECKSUM}:"):
+        return file_checksum(file) == recorded
+    return sha256_file(file) == recorded
+
+
 def fsync_and_hash(file: Path) -> str:
-    """Flush a written file to disk and return its SHA-256."""
+    """Flush a written file to disk and return its checksum (:func:`file_checksum`)."""
     with file.open("rb+") as fh:
         os.fsync(fh.fileno())
-    return sha256_file(file)
+    return file_checksum(file)
 
 
 def write_json(file: Path, value: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from langchain_s2b.store.base import class_name, first_line, sha256_file
+from langchain_s2b.store.base import checksum_matches, class_name, first_line
 from langchain_s2b.store.nodes import NODE_FILES
 from langchain_s2b.store.vectors import LEGACY_RECORDS_FILE, SAVED_FILES
 
@@ -37,8 +37,9 @@ __all__ = [
 
 
 FORMAT = "langchain_s2b"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+"""3: files checksummed with xxh3-128 (2: SHA-256; 1: records and nodes as JSON lines)."""
+READABLE_VERSIONS = (1, 2, 3)
 CONFIG_FILE = "s2b.json"
 LEGACY_NODES_FILE = "nodes.txt"
 """Format version 1's docstore: per line the key as JSON, a tab, the document as JSON."""
@@ -290,6 +291,6 @@ def _check_files(snap: Path, files: Mapping[str, str]) -> None:
             msg = f"{snap / CONFIG_FILE} lists an unexpected file {name!r}; allowed: {allowed}."
             raise ValueError(msg)
         file = snap / name
-        if not file.is_file() or sha256_file(file) != digest:
+        if not file.is_file() or not checksum_matches(file, digest):
             msg = f"{file} is missing or does not match its checksum; the save is damaged."
             raise ValueError(msg)
