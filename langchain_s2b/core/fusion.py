@@ -75,9 +75,8 @@ def fuse_z(
     if weight < 0 or math.isnan(weight):
         msg = f"The lexical weight must be 0 or more; got {weight!r}."
         raise ValueError(msg)
-    zl = lexical_z
-    floor = min(zl.values(), default=0.0)
+    floor = min(lexical_z.values(), default=0.0)
     keys = list(dense_z)
-    fused = [z + weight * zl.get(key, floor) for key, z in dense_z.items()]
+    fused = [z + weight * lexical_z.get(key, floor) for key, z in dense_z.items()]
     order = sorted(range(len(keys)), key=fused.__getitem__, reverse=True)  # stable: ties in order
     return [(keys[i], fused[i]) for i in order]
