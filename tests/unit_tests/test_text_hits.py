@@ -3,13 +3,12 @@
 ``SearchText`` answers hybrid fusion with BM25's list and, for each leaf of it
 outside the dense hits, that leaf scored as ``LeafHits`` scores it. A
 ``FaissIndex`` joins the two on rows (the row column BM25 reads its keys
-from), held still between them. The reference here is the old way: the list,
+from), unless a write came between. The reference here is the old way: the list,
 then every missing key looked up by key and scored in one ``leaf_hits`` call.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -154,33 +153,34 @@ class TestOtherStores:
         assert got.scored == dict.fromkeys([key for key, _ in got.hits])
 
 
-def test_no_write_comes_between_bm25_and_the_scores(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A delete from another thread waits until the leaves BM25 found are scored."""
-    _, index = _index(FaissIndex(BagOfWords()), [])
+@pytest.mark.parametrize("factory", ["Flat", "HNSW32"])  # rows renumbered; tombstones
+def test_a_write_between_bm25_and_the_scores_is_seen(
+    monkeypatch: pytest.MonkeyPatch, factory: str
+) -> None:
+    """A leaf BM25 found is deleted before its score is taken: it is gone (``None``), and the
+    others are scored by key after that write, never at a row read before it."""
+    emb = BagOfWords()
+    retriever, index = _index(FaissIndex(emb, index_factory=factory), [])
     faiss_index = index.faiss
     assert faiss_index is not None
-    vector = index.embed_query("date")
-    victim = index.search_text("date", 3, None)[0][0]
+    vector = index.embed_query("date fig")
+    listed = index.search_text("date fig", 20, None)
+    victim = listed[0][0]
     inner = FaissIndex.search_text
-    started = threading.Event()
-    writer: list[threading.Thread] = []
 
     def then_delete(self: FaissIndex, *args: Any, **kwargs: Any) -> Any:
         found = inner(self, *args, **kwargs)
-        thread = threading.Thread(target=lambda: (started.set(), self.delete([victim])))
-        thread.start()
-        started.wait()
-        thread.join(0.2)  # it waits for the hold
-        assert thread.is_alive()
-        writer.append(thread)
+        self.delete([victim])  # a write that needs no retriever's lock
         return found
 
     monkeypatch.setattr(FaissIndex, "search_text", then_delete)
-    got = index.text_hits("date", 3, None, vector, frozenset())
-    writer[0].join(5)
-    assert not writer[0].is_alive()
-    hit = got.scored[victim]
-    assert hit is not None  # scored as it was when BM25 found it
-    assert hit.key == victim
+    version = faiss_index.version
+    got = index.text_hits("date fig", 20, None, vector, frozenset())
+    assert faiss_index.version != version
     monkeypatch.undo()
-    assert victim not in [key for key, _ in index.search_text("date", 100, None)]
+    assert got.hits == listed  # BM25 answered before the write
+    keys = [key for key, _ in listed]
+    scored = index.leaf_hits(keys, None, vector)  # by key, after the write
+    assert victim not in scored
+    assert got.scored == {key: scored.get(key) for key in keys}
+    assert retriever.vectorstore is faiss_index

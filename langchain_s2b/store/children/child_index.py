@@ -176,7 +176,7 @@ class ChildIndex(ChildWrites):
         """These leaves scored against ``vector`` as a search would score them.
 
         See :class:`LeafHits`. ``FaissIndex`` scores its stored vectors directly
-        (``located``: keys whose rows a read under the same hold found, see
+        (``located``: keys whose rows a read at the current version found, see
         :meth:`FaissIndex.search_text`); any other store is
         searched for exactly these leaves (a metadata filter on their source,
         level and split id, with ``flt``).

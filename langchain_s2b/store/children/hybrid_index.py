@@ -232,8 +232,10 @@ class HybridChildIndex(DenseChildIndex):
     ) -> TextHits:
         """See :class:`SearchText`: BM25's list, and its leaves outside ``known`` scored.
 
-        ``FaissIndex`` joins the two on rows, held still between them: a key
-        BM25 read from its row column is scored at that row, not looked up again.
+        ``FaissIndex`` joins the two on rows: a key BM25 read from its row
+        column is scored at that row, not looked up again, unless a write came
+        between (its :attr:`~FaissIndex.version` moved: then by key, as any
+        store). BM25's own search runs without the index's lock.
         """
         index = self.faiss
         if self.backend is not None or index is None or vector is None:
@@ -241,10 +243,12 @@ class HybridChildIndex(DenseChildIndex):
             missing = _unscored(found, known)
             return TextHits(found, _tried(missing, self.leaf_hits(missing, flt, vector)))
         located: Located = {}
-        with index.hold():
-            found = index.search_text(query, n, flt, located)
-            missing = _unscored(found, known)
-            scored = self.leaf_hits(missing, flt, vector, located)
+        stamp = index.version
+        found = index.search_text(query, n, flt, located)
+        missing = _unscored(found, known)
+        with index.hold():  # no write between the check and the scores
+            rows = located if index.version == stamp else None
+            scored = self.leaf_hits(missing, flt, vector, rows)
         return TextHits(found, _tried(missing, scored))
 
     async def atext_hits(

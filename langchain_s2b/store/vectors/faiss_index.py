@@ -93,6 +93,11 @@ class FaissIndex(FaissLexical, FaissWrites, FaissSaves):
         """
         return self._lock
 
+    @property
+    def version(self) -> int:
+        """A number every write changes: rows read at one version are valid while it holds."""
+        return self._version
+
     def rows_of(self, ids: Sequence[str]) -> list[int]:
         """The row of each key (``-1``: not held)."""
         with self._lock:
@@ -218,8 +223,8 @@ class FaissIndex(FaissLexical, FaissWrites, FaissSaves):
         """The ``n`` best leaves by BM25 that pass ``flt`` (selected before ranking).
 
         ``located``: filled with the row and place of each key read from the
-        row column (see :meth:`keys_of_rows`), valid while the index is held
-        (:meth:`hold`).
+        row column (see :meth:`keys_of_rows`), valid while :attr:`version` is
+        unchanged.
         """
         check_filter(flt)
         lexical = self.lexical()
