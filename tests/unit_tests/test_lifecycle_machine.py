@@ -85,9 +85,10 @@ from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.headers import embedded_text
 from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key, proxy_keys
-from langchain_s2b.core.keys import is_manifest_key, node_key
+from langchain_s2b.core.keys import is_manifest_key, is_proxy_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
 from langchain_s2b.core.tree import DOC_LEVEL, Node, user_metadata
+from langchain_s2b.store.children import HybridChildIndex
 from langchain_s2b.store.lexical.analyzer import analyze
 from langchain_s2b.store.nodes.node_store import NodeStore
 
@@ -622,10 +623,24 @@ class LifecycleMachine(RuleBasedStateMachine):
                     word, len(stored) + len(proxies) + 1, key_of=index.keys_of_rows
                 )
                 assert {key for key, _ in by_row} == found, word  # keys from the row column
+                self._bm25_leaves_scored_at_their_rows(index, word, len(stored) + len(proxies) + 1)
             if built.documents:
                 assert {k: v for k, v in built.items() if k not in proxies} == stored
         for sid, manifest in manifests.items():
             self._proxies_point_at_their_leaves(manifest, self.model[sid][0])
+
+    @staticmethod
+    def _bm25_leaves_scored_at_their_rows(index: FaissIndex, word: str, n: int) -> None:
+        """``SearchText``'s join on rows (issue 34) scores BM25's leaves as scoring them by
+        key does, and every leaf it finds is live (a proxy is the caller's: never scored)."""
+        hybrid = HybridChildIndex(index)
+        vector = hybrid.embed_query(word)
+        got = hybrid.text_hits(word, n, None, vector, frozenset())
+        listed = index.search_text(word, n, None)
+        assert got.hits == listed, word
+        leaves = [key for key, _ in listed if not is_proxy_key(key)]
+        by_key = hybrid.leaf_hits(leaves, None, vector)  # each key looked up again
+        assert got.scored == {key: by_key[key] for key in leaves}, word
 
     def _proxies_point_at_their_leaves(self, manifest: Document, text: str) -> None:
         """Each proxy row: its source's generation, a node's span, the leaves that span meets."""
