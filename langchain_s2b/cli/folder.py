@@ -600,8 +600,12 @@ def writer_lock(
     except ImportError:
         msg = 's2b needs filelock to write an index safely: pip install "langchain-s2b[cli]"'
         raise UserError(msg) from None
-    if not _db_path(directory).exists() and not (repair and _has_listing(directory)):
-        _check_directory(directory, creating=True)
+
+    def unstarted() -> bool:
+        return not _db_path(directory).exists() and not (repair and _has_listing(directory))
+
+    if unstarted() and not (directory / LOCK_FILE).exists():  # another run may be creating it:
+        _check_directory(directory, creating=True)  # checked once this run holds the lock
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     lock: Any = FileLock(str(directory / LOCK_FILE))
@@ -617,6 +621,8 @@ def writer_lock(
         print(f"s2b: waiting for another s2b run to finish writing {directory} ...", file=err)
         lock.acquire()
     try:
+        if unstarted():  # the run that held the lock may have made it meanwhile
+            _check_directory(directory, creating=True)
         yield
     except BaseException:
         lock.release()

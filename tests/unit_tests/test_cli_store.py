@@ -216,6 +216,22 @@ class TestConcurrency:
         assert (second.returncode, err) == (0, "")
         assert out.startswith(f"indexed 2 file(s) into {store}: 2 added")
 
+    def test_a_second_writer_waits_while_the_first_creates_the_store(self, tmp_path: Path) -> None:
+        """The first run holds the lock and has written part of a new store (no database yet):
+        the second waits for it, and does not call the folder a non-empty foreign directory."""
+        folder = _corpus(tmp_path, "a", ["Zebras have stripes.", "Lions roar loudly."])
+        store = tmp_path / "s"
+        with writer_lock(store, wait=False):
+            (store / "s2b.sqlite-journal").write_bytes(b"")  # the first run, midway
+            second = _s2b("index", str(folder), "--store", str(store))
+            assert second.stderr is not None
+            line = second.stderr.readline()
+            assert line == f"s2b: waiting for another s2b run to finish writing {store} ...\n"
+            (store / "s2b.sqlite-journal").unlink()  # it ended without a store (undone)
+        out, err = second.communicate(timeout=120)
+        assert (second.returncode, err) == (0, "")
+        assert out.startswith(f"indexed 2 file(s) into {store}: 2 added")
+
     def test_no_wait_says_the_store_is_in_use_in_one_line(self, tmp_path: Path) -> None:
         folder = _corpus(tmp_path, "a", ["Zebras have stripes."])
         store = tmp_path / "s"
