@@ -56,6 +56,7 @@ from langchain_s2b.core.params import (
     MARGIN,
     OVERRIDABLE,
     Mode,
+    Overrides,
     QueryParams,
     check,
     check_query,
@@ -231,6 +232,7 @@ class SmallToBigRetriever(BaseRetriever):
     _proxy_kind: str | None = PrivateAttr(default=None)
     """The proxies' kind when no model is made (the command line's readers: as above)."""
     _defaults: tuple[tuple[Any, ...], QueryParams] | None = PrivateAttr(default=None)
+    _overrides: Overrides | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         unknown = sorted(set(data) - set(type(self).model_fields))
@@ -460,8 +462,12 @@ class SmallToBigRetriever(BaseRetriever):
         return str(query_window(self._io.index.embeddings).prefix(query))
 
     def _params(self, overrides: dict[str, Any]) -> QueryParams:
-        defaults = self.defaults()
-        params = with_overrides(defaults, overrides) if overrides else defaults
+        params = self.defaults()
+        if overrides:
+            kept = self._overrides
+            if kept is None or kept.base is not params:  # checked over these defaults only
+                kept = self._overrides = Overrides(params)
+            params = kept.apply(overrides)
         return check_tree(params, [level.name for level in self._levels])
 
     def as_tool(

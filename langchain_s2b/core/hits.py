@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
-from operator import attrgetter
+from itertools import islice, pairwise
+from operator import attrgetter, gt
 from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
@@ -211,6 +211,10 @@ def dedupe_hits(hits: Sequence[C]) -> list[C]:
     Ties go in document order (source key, then split id), whatever order the
     engine returned them in and whatever generation a source is at.
     """
+    if len(set(map(_KEY_OF, hits))) == len(hits):  # a search's usual answer: no key twice
+        scores = list(map(_SCORE_OF, hits))
+        if all(map(gt, scores, islice(scores, 1, None))):
+            return list(hits)  # already best first, no ties to order
     best: dict[str, C] = {}
     for hit in hits:
         if hit.key not in best or hit.score > best[hit.key].score:
@@ -231,6 +235,7 @@ def dedupe_hits(hits: Sequence[C]) -> list[C]:
 
 
 _SCORE_OF = attrgetter("score")
+_KEY_OF = attrgetter("key")
 
 
 def _document_order(hit: Candidate) -> tuple[str, int]:

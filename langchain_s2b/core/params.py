@@ -147,6 +147,45 @@ def with_overrides(base: QueryParams, overrides: Mapping[str, Any]) -> QueryPara
     return check(replace(base, **overrides))
 
 
+class Overrides:
+    """:func:`with_overrides` over one base, each call's options checked once.
+
+    A retriever called again and again with the same options (a tool an agent
+    calls, an evaluation loop, ``invoke(q, k=4)``) gets the same parameters
+    back without checking them again, when every option is a plain value
+    (``int``, ``float``, ``str``, ``bool``, ``None``); any other (a filter
+    dict, a callable) is checked on every call. At most :data:`KEPT` kept.
+    """
+
+    def __init__(self, base: QueryParams) -> None:
+        self.base = base
+        self._kept: dict[tuple[tuple[str, type, object], ...], QueryParams] = {}
+
+    def apply(self, overrides: Mapping[str, Any]) -> QueryParams:
+        """``with_overrides(self.base, overrides)``."""
+        key = _plain_key(overrides)
+        if key is None:
+            return with_overrides(self.base, overrides)
+        found = self._kept.get(key)
+        if found is None:
+            found = with_overrides(self.base, overrides)
+            if len(self._kept) >= KEPT:
+                self._kept.clear()
+            self._kept[key] = found
+        return found
+
+
+KEPT = 64
+"""How many sets of per-call options :class:`Overrides` keeps."""
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def _plain_key(overrides: Mapping[str, Any]) -> tuple[tuple[str, type, object], ...] | None:
+    """The options as a key, each value with its type (``1``, ``1.0``, ``True`` differ)."""
+    key = tuple((name, type(value), value) for name, value in overrides.items())
+    return key if all(kind in _PLAIN for _, kind, _ in key) else None
+
+
 def check_tree(params: QueryParams, levels: Sequence[str]) -> QueryParams:
     """Refuse a mode the tree can not serve, in one line that says how to build for it.
 

@@ -107,6 +107,29 @@ class TestCalls:
         with pytest.raises(ValueError, match=r"^k must be at least 1; got 0\.$"):
             retriever.invoke("a")
 
+    def test_per_call_options_kept_are_checked_over_the_current_defaults(self) -> None:
+        """Issue 34: a call's plain options are checked once and kept, by value and type."""
+        retriever = SmallToBigRetriever.from_documents(DOCS, emb(), mode="window", window_size=0)
+        for _ in range(2):  # the second call answers from the kept options
+            assert [len(retriever.invoke("a", k=1)), len(retriever.invoke("a", k=2))] == [1, 2]
+        with pytest.raises(ValueError, match=r"^k must be an integer; got 1\.0\.$"):
+            retriever.invoke("a", k=1.0)  # equal to 1 and hashed alike, but not an integer
+        with pytest.raises(ValueError, match=r"^k must be a number; got True\.$"):
+            retriever.invoke("a", k=True)
+        retriever.search_kwargs["window_size"] = 1  # new defaults: the options over them
+        assert [d.metadata["split_ids"] for d in retriever.invoke("a", k=1)] == [[0, 1]]
+        retriever.mode = "parent"
+        assert [d.metadata["mode"] for d in retriever.invoke("a", k=1)] == ["parent"]
+        kept = retriever._overrides
+        assert kept is not None
+        assert len(kept._kept) == 1  # k=1 over these defaults
+        for i in range(70):  # full at KEPT (64): emptied, then 7 more (the last 7 calls')
+            retriever.invoke("a", k=1, fetch_k=i + 1)
+        assert retriever._overrides is kept
+        assert list(kept._kept) == [(("k", int, 1), ("fetch_k", int, i)) for i in range(64, 71)]
+        with pytest.raises(ValueError, match=r"^Unknown retrieval option\(s\) \['kk'\]"):
+            retriever.invoke("a", kk=1)
+
     def test_metadata_json_can_not_hold_fails_at_add_naming_the_document(self) -> None:
         retriever = SmallToBigRetriever(vectorstore=FaissIndex(emb()))
         doc = Document("Some text.", id="dated", metadata={"when": datetime.date(2026, 1, 2)})

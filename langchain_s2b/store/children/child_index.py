@@ -39,7 +39,7 @@ from langchain_s2b.core.hits import (
     hit_from_child,
     hit_from_metadata,
 )
-from langchain_s2b.core.keys import is_proxy_key, parse_node_key
+from langchain_s2b.core.keys import PROXY_MARK, parse_node_key
 from langchain_s2b.core.requests import Found, Vector
 from langchain_s2b.store.children.child_base import _float_lists
 from langchain_s2b.store.children.child_writes import ChildWrites
@@ -423,7 +423,7 @@ def _faiss_hits(
         hits: list[Candidate | None] = []
         own: list[tuple[int, int, float]] = []  # (place in ``hits``, row, score): read now
         for score, row, p in zip(scores.tolist(), rows_list, places, strict=True):
-            if p is not None and not is_proxy_key(p[0]):
+            if p is not None and PROXY_MARK not in p[0]:  # not is_proxy_key: inlined
                 hits.append(new(Scored, (p[0], score, p[1], p[2], None)))
             elif row >= 0:
                 own.append((len(hits), row, score))

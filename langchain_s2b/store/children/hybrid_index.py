@@ -48,7 +48,7 @@ from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.hits import Candidate
-from langchain_s2b.core.keys import is_proxy_key
+from langchain_s2b.core.keys import PROXY_MARK, is_proxy_key
 from langchain_s2b.core.requests import TextHits, Vector
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.base import all_or_nothing, undone
@@ -323,7 +323,7 @@ def _new_shared(vectorstore: VectorStore) -> _Shared:
 
 def _unscored(found: list[tuple[str, float]], known: frozenset[str]) -> list[str]:
     """BM25's leaves the dense search did not return, in its order (a proxy is the caller's)."""
-    return [key for key, _ in found if key not in known and not is_proxy_key(key)]
+    return [key for key, _ in found if key not in known and PROXY_MARK not in key]
 
 
 def _tried(missing: list[str], scored: dict[str, Candidate]) -> dict[str, Candidate | None]:
