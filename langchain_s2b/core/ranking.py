@@ -15,10 +15,12 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
+import numpy as np
 from langchain_core.documents import Document
 
-from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse_z, z_scores
+from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse_arrays, z_scores
 from langchain_s2b.core.hits import Candidate, Hit, all_read, dedupe_hits, unread, with_read
 from langchain_s2b.core.keys import PROXY_MARK
 from langchain_s2b.core.params import QueryParams
@@ -133,18 +135,24 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
             hit = done[key] if key in done else scored.get(key)
             if hit is not None:
                 by_key[key] = hit
-    dense_z = dict(zip(by_key, scale.zs(hit.score for hit in by_key.values()), strict=True))
+    keys = list(by_key)
+    dense = np.fromiter(map(_SCORE, by_key.values()), np.float64, len(keys))
     kept = [(key, s) for key, s in lexical if key in by_key]
     kept_z = z_scores([s for _, s in kept])
-    order = fuse_z(dense_z, dict(zip([k for k, _ in kept], kept_z, strict=True)), LEXICAL_WEIGHT)
-    fused_scale = scale_of([score for _, score in order])
-    relevance = dict(zip([k for k, _ in order], fused_scale.zs(s for _, s in order), strict=True))
+    lexical_z = dict(zip([k for k, _ in kept], kept_z, strict=True))
+    ordered, fused = fuse_arrays(keys, scale.z_array(dense), lexical_z, LEXICAL_WEIGHT)
+    fused_scale = scale_of(fused)
+    relevance = dict(zip(ordered, fused_scale.z_array(np.array(fused)).tolist(), strict=True))
     bound = None
     if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
         floor = min(kept_z, default=0.0)
         bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
-    hits = [by_key[key] for key, _ in order]
-    return Ranked(hits, relevance, dict(order), scale, found.exhausted, last, bound, query=query)
+    hits = list(map(by_key.__getitem__, ordered))
+    by_fused = dict(zip(ordered, fused, strict=True))
+    return Ranked(hits, relevance, by_fused, scale, found.exhausted, last, bound, query=query)
+
+
+_SCORE = attrgetter("score")
 
 
 def read(ranking: Ranked, keys: Sequence[str] | None = None) -> Op[Ranked]:

@@ -25,6 +25,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from langchain_s2b.core.hits import C
 
 STATS_DEPTH = 100
@@ -48,6 +50,12 @@ class Scale:
         if std > 0:
             return [(score - mean) / std for score in scores]
         return [0.0 for _ in scores]
+
+    def z_array(self, scores: np.ndarray) -> np.ndarray:
+        """:meth:`z` of each of an array of scores (doubles: the same floats as :meth:`zs`)."""
+        if self.std > 0:
+            return (np.asarray(scores, dtype=np.float64) - self.mean) / self.std
+        return np.zeros(len(scores), dtype=np.float64)
 
 
 def scale_of(scores: Sequence[float], depth: int = STATS_DEPTH) -> Scale:

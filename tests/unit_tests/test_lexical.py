@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,10 +14,11 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core.fusion import fuse, z_fuse, z_scores
+from langchain_s2b.core.fusion import fuse, fuse_arrays, z_fuse, z_scores
 from langchain_s2b.core.hits import Scored, dedupe_hits
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.ranking import ranked as rank
+from langchain_s2b.core.relevance import scale_of
 from langchain_s2b.core.requests import Search, ask
 from langchain_s2b.store.children.hybrid_index import HybridChildIndex
 from langchain_s2b.store.lexical.analyzer import query_terms
@@ -26,6 +28,7 @@ from ._embeddings import BagOfWords
 
 SCORE = st.sampled_from([-1.0, 0.0, 0.25, 0.5, 1.0, 2.0])  # few values: many ties
 KEYS = st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8)
+REAL = st.floats(-1e6, 1e6, allow_nan=False)
 
 
 class TestFusion:
@@ -44,6 +47,32 @@ class TestFusion:
             key=lambda pair: (-pair[1], place[pair[0]]),
         )
         assert fuse(dense, lexical, weight) == expected
+
+    @given(
+        dense=st.lists(REAL, max_size=30),
+        lexical=st.lists(REAL, max_size=30),
+        weight=st.floats(0, 10),
+    )
+    def test_fuse_arrays_gives_the_floats_of_one_addition_at_a_time(
+        self, dense: list[float], lexical: list[float], weight: float
+    ) -> None:
+        """Issue 34: numpy's arrays, the floats and order of adding key by key in Python."""
+        keys = [f"k{i}" for i in range(len(dense))]
+        lexical_z = {f"k{i}": z for i, z in enumerate(lexical)}  # some keys missing, some extra
+        floor = min(lexical_z.values(), default=0.0)
+        fused = [z + weight * lexical_z.get(k, floor) for k, z in zip(keys, dense, strict=True)]
+        order = sorted(range(len(keys)), key=fused.__getitem__, reverse=True)
+        got = fuse_arrays(keys, np.array(dense, dtype=np.float64), lexical_z, weight)
+        assert (got[0], [x.hex() for x in got[1]]) == (
+            [keys[i] for i in order],
+            [fused[i].hex() for i in order],
+        )
+
+    @given(scores=st.lists(REAL, min_size=1, max_size=40))
+    def test_z_array_gives_the_floats_of_zs(self, scores: list[float]) -> None:
+        scale = scale_of(scores)
+        got = scale.z_array(np.array(scores, dtype=np.float64)).tolist()
+        assert [x.hex() for x in got] == [x.hex() for x in scale.zs(scores)]
 
     @given(
         st.lists(
