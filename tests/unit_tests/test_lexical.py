@@ -23,6 +23,7 @@ from langchain_s2b.core.requests import Search, ask
 from langchain_s2b.store.children.hybrid_index import HybridChildIndex
 from langchain_s2b.store.lexical.analyzer import query_terms
 from langchain_s2b.store.lexical.lexical_index import LexicalIndex
+from langchain_s2b.store.lexical.top import FirstDepth
 
 from ._embeddings import BagOfWords
 
@@ -145,6 +146,7 @@ class _Searches:
 
     def __init__(self, index: Any) -> None:
         self.index, self.n, self.docs = index, 0, 0
+        self.depths: list[int] = []
 
     def searcher(self) -> Any:
         return _CountedSearcher(self, self.index.searcher())
@@ -159,6 +161,7 @@ class _CountedSearcher:
 
     def search(self, query: Any, limit: int) -> Any:
         self.counts.n += 1
+        self.counts.depths.append(limit)
         return self.inner.search(query, limit)
 
     def doc(self, address: Any) -> Any:
@@ -230,10 +233,10 @@ class TestLexicalIndex:
         searches = _count_searches(index)
         found = index.search("rights reserved", 100)
         assert [k for k, _ in found] == ["t/0", *sorted(keys)[:99]]
-        assert searches.n == 2  # 126 deep (n + n // 4 + 1), tied at the cut; then all 151
-        searches.n = 0
+        assert searches.depths == [126, 252]  # n + n // 4 + 1, tied at the cut; then all 151
+        searches.depths = []
         assert index.search("rights reserved", 1) == [found[0]]
-        assert searches.n == 1  # 2 deep: the 1st scores above the 2nd
+        assert searches.depths == [3]  # 2n + 1 once a tie reached past: the 1st above the 3rd
         kept = index.search("rights", 50, keep=lambda key, _: not key.endswith("0"))
         assert [k for k, _ in kept] == sorted(k for k in keys if not k.endswith("0"))[:50]
 
@@ -242,7 +245,8 @@ class TestLexicalIndex:
     ) -> None:
         """Issue 34: 150 equal leaves under one better one, 10 asked: 13, 26, 52, 104, then
         208 deep (all 151 back); each leaf's key is read once, and a search whose cut is
-        clean reads only the leaves above or at it, not the n + n // 4 + 1 it asked for."""
+        clean reads only the leaves above or at it, not the 2n + 1 it asked for (the first
+        search goes that deep once a tie reached past n + n // 4 + 1)."""
         index = LexicalIndex()
         keys = [f"s/{i}" for i in range(150)]
         index.add([leaf(key, "All rights reserved.") for key in keys])
@@ -250,11 +254,35 @@ class TestLexicalIndex:
         counts = _count_searches(index)
         found = index.search("rights reserved", 10)
         assert [k for k, _ in found] == ["t/0", *sorted(keys)[:9]]
-        assert (counts.n, counts.docs) == (5, 151)
-        counts.n = counts.docs = 0
+        assert (counts.depths, counts.docs) == ([13, 26, 52, 104, 208], 151)
+        counts.depths, counts.docs = [], 0
         index.add([leaf(f"u/{i}", "Rights reserved, rights reserved.") for i in range(2)])
         assert [k for k, _ in index.search("rights reserved", 3)] == ["t/0", "u/0", "u/1"]
-        assert (counts.n, counts.docs) == (1, 3)  # 4 deep: the 3rd scores above the 4th
+        assert (counts.depths, counts.docs) == ([7], 3)  # 2n + 1: the 3rd scores above the 7th
+
+    def test_the_first_depth_follows_how_often_ties_reach_past_a_quarter_more(self) -> None:
+        """Issue 34: n + n // 4 + 1 while ties rarely reach past it, 2n + 1 once they often do
+        (a moving share over 5%: each such search adds a 16th of the gap to it)."""
+        first = FirstDepth()
+        tied = [(1.0, i) for i in range(252)]  # one group of equal scores, past 126
+        clean = [(200.0 - i, i) for i in range(126)]
+        assert first(100) == 126
+        first.saw(clean, 100)
+        assert first(100) == 126
+        first.saw(tied, 100)  # a 16th: 0.0625
+        assert first(100) == 201
+        for _ in range(3):  # 0.0625 * (15 / 16) ** 3 = 0.0515
+            first.saw(clean, 100)
+        assert first(100) == 201
+        first.saw(clean, 100)  # ** 4 = 0.0483
+        assert [first(100), first(10)] == [126, 13]
+        first.saw([(1.0, i) for i in range(13)], 10)  # all 13 tied at the cut: past it
+        assert first(10) == 21
+        first.saw([(1.0, i) for i in range(12)], 10)  # fewer than 13 match: nothing past
+        share = 0.0
+        for past in (0, 1, 0, 0, 0, 0, 1, 0):  # each search seen, by hand: 0.101, over 5%
+            share += (past - share) / 16
+        assert (first.share, first(10)) == (share, 21)
 
     @given(
         rounds=st.lists(

@@ -72,7 +72,7 @@ from langchain_s2b.store.lexical.tantivy_files import (
     engine_errors,
     scratch_directory,
 )
-from langchain_s2b.store.lexical.top import top_by_key
+from langchain_s2b.store.lexical.top import FirstDepth, top_by_key
 
 _LOCKS = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _MANAGED = ".managed.json"
@@ -131,6 +131,7 @@ class LexicalIndex:
         self.directory = directory
         self._index = _new_index(directory, documents=documents, rows=rows)
         self._schema = self._index.schema
+        self._first = FirstDepth()  # how deep a search goes first (learnt from its ties)
         if directory is not None:
             weakref.finalize(self, shutil.rmtree, directory, True)
 
@@ -239,7 +240,7 @@ class LexicalIndex:
                     return [(str(doc(at)[_KEY][0]), {}) for at in addresses]
                 return [(str(d[_KEY][0]), _meta_of(d)) for d in map(doc, addresses)]
 
-        return top_by_key(search, read, n, keep, ident=_address)
+        return top_by_key(search, read, n, keep, ident=_address, first=self._first)
 
     def entries(self, keys: Collection[str] | None = None) -> list[Entry]:
         """Every ``(key, text, metadata)`` held (of ``keys``, if given), by key.
@@ -384,6 +385,7 @@ class LexicalIndex:
         loaded._index = opened
         _register(opened)
         loaded._schema = opened.schema
+        loaded._first = FirstDepth()
         weakref.finalize(loaded, shutil.rmtree, scratch, True)
         return loaded
 
