@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, pairwise
 from operator import attrgetter, gt
@@ -240,6 +240,16 @@ _KEY_OF = attrgetter("key")
 
 def _document_order(hit: Candidate) -> tuple[str, int]:
     return base_source_key(hit.source_key), hit.split_id
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What a mode places, planned from the hits' keys and scores before any is read."""
+
+    positions: list[int]
+    """The places in the ranking of the hits it places: these must be read."""
+    groups: Callable[[Sequence[Candidate]], list[Group]]
+    """Its results, best first, from the same ranking with those hits read."""
 
 
 @dataclass

@@ -21,7 +21,16 @@ import numpy as np
 from langchain_core.documents import Document
 
 from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse_arrays, z_scores
-from langchain_s2b.core.hits import Candidate, Hit, all_read, dedupe_hits, unread, with_read
+from langchain_s2b.core.hits import (
+    Candidate,
+    Hit,
+    Scored,
+    all_read,
+    dedupe_hits,
+    unread,
+    with_read,
+    with_score,
+)
 from langchain_s2b.core.keys import PROXY_MARK
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.proxy_spans import expand, expand_lexical
@@ -172,6 +181,27 @@ def read(ranking: Ranked, keys: Sequence[str] | None = None) -> Op[Ranked]:
     if len(hits) == len(ranking.hits):
         return replace(ranking, hits=hits)
     return _only(ranking, hits)
+
+
+def read_at(ranking: Ranked, positions: Sequence[int]) -> Op[Ranked]:
+    """:func:`read` of the candidates at these places in the ranking (a mode places them).
+
+    The other candidates are not looked at: a query places a few of ~200.
+    """
+    hits = ranking.hits
+    wanted = [c.key for c in map(hits.__getitem__, positions) if isinstance(c, Scored)]
+    if not wanted:
+        return ranking
+    got = yield from ask(ReadHits(wanted))
+    if not all(key in got for key in wanted):  # gone since the search: they leave the ranking
+        return _only(ranking, with_read(hits, set(wanted), got))
+    out = list(hits)
+    for i in positions:
+        c = out[i]
+        if isinstance(c, Scored):
+            hit = with_score(got[c.key], c.score)
+            out[i] = hit if c.proxy is None else hit._replace(proxy=c.proxy)
+    return replace(ranking, hits=out)
 
 
 def _only(ranking: Ranked, hits: list[Candidate]) -> Ranked:

@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 
 from langchain_s2b.core import multilevel, pack
 from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
-from langchain_s2b.core.hits import Candidate, Group, MissingNodeError, Scored, all_read
+from langchain_s2b.core.hits import Candidate, Group, MissingNodeError, Placed, all_read
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
 from langchain_s2b.core.place import (
@@ -42,7 +42,14 @@ from langchain_s2b.core.place import (
     seed,
     seed_parents,
 )
-from langchain_s2b.core.ranking import Ranked, first_depth, may_hold_evidence, ranked, read
+from langchain_s2b.core.ranking import (
+    Ranked,
+    first_depth,
+    may_hold_evidence,
+    ranked,
+    read,
+    read_at,
+)
 from langchain_s2b.core.relevance import evidence
 from langchain_s2b.core.requests import (
     EmbedQuery,
@@ -55,7 +62,7 @@ from langchain_s2b.core.requests import (
     read_documents,
     read_whole,
 )
-from langchain_s2b.core.window import assemble_windows, first_present, plan_windows, window_reads
+from langchain_s2b.core.window import assemble_windows, first_present, place_windows, plan_windows
 
 logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, LeafRead | None]
@@ -69,9 +76,10 @@ class Plan:
     """Hits -> candidate results, best first (counted against ``k``)."""
     resolve: Callable[[list[Group], Ranked, QueryParams, str], Op[list[Document]]]
     """Candidates -> the documents returned (fetches, assembly, the ceiling)."""
-    reads: Callable[[Sequence[Candidate], QueryParams], list[str]] | None = None
-    """The keys of the hits ``group`` places, read from keys and scores alone
-    (``None``: it reads every hit)."""
+    place: Callable[[Sequence[Candidate], QueryParams], Placed] | None = None
+    """Where ``group`` puts the hits, planned from keys and scores alone: only the hits it
+    places are read, and its groups are built from that plan (``None``: every hit is read,
+    then grouped)."""
 
 
 def retrieve(query: str, params: QueryParams, on_missing: str) -> Op[list[Document]]:
@@ -88,8 +96,7 @@ def retrieve_vector(
     first = depth = first_depth(params)
     while True:
         ranking = yield from ranked(query, vector, params, depth, params.fetch_k * depth // first)
-        ranking = yield from _placed_read(ranking, plan, params)
-        groups = plan.group(ranking.hits, params)
+        ranking, groups = yield from _placed(ranking, plan, params)
         if ranking.exhausted:
             break
         if params.count is not None:
@@ -106,19 +113,21 @@ def retrieve_vector(
     return docs
 
 
-def _placed_read(ranking: Ranked, plan: Plan, params: QueryParams) -> Op[Ranked]:
-    """The ranking with the hits its mode places read (issue 34: no other hit is).
+def _placed(ranking: Ranked, plan: Plan, params: QueryParams) -> Op[tuple[Ranked, list[Group]]]:
+    """The ranking with the hits its mode places read (issue 34: no other hit is), and its groups.
 
     A child gone since the search drops out of the ranking, which may place
-    another hit: read until every hit placed is.
+    another hit: placed again until every hit placed is read.
     """
-    while any(isinstance(c, Scored) for c in ranking.hits):
-        wanted = None if plan.reads is None else plan.reads(ranking.hits, params)
-        done = yield from read(ranking, wanted)
+    if plan.place is None:
+        ranking = yield from read(ranking)
+        return ranking, plan.group(ranking.hits, params)
+    while True:
+        placed = plan.place(ranking.hits, params)
+        done = yield from read_at(ranking, placed.positions)
         if len(done.hits) == len(ranking.hits):  # none gone: the same hits are placed
-            return done
+            return done, placed.groups(done.hits)
         ranking = done
-    return ranking
 
 
 def choose(groups: list[Group], ranking: Ranked, params: QueryParams) -> list[Group]:
@@ -349,7 +358,7 @@ PLANS: dict[str, Plan] = {
             hits, p.before, p.after, coalesce=p.coalesce, limit=p.count
         ),
         resolve=shaped(assemble_windows, _window_bounds, "window"),
-        reads=lambda hits, p: window_reads(
+        place=lambda hits, p: place_windows(
             hits, p.before, p.after, coalesce=p.coalesce, limit=p.count
         ),
     ),

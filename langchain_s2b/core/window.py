@@ -7,10 +7,20 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from langchain_s2b.core.hits import Candidate, Group, Hit, MissingNodeError, result_metadata
+from langchain_s2b.core.hits import (
+    Candidate,
+    Group,
+    Hit,
+    MissingNodeError,
+    Placed,
+    result_metadata,
+)
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, leaf_chunk, merge_chunks
 from langchain_s2b.core.requests import LeafRead, read_whole
+
+Span = tuple[int, int, int, list[int]]
+"""``(seed, lo, hi, matches)`` of one window: indices into the hits, and its split ids."""
 
 
 def plan_windows(
@@ -34,10 +44,34 @@ def plan_windows(
     weaker hit ever widens it. Without ``coalesce`` every hit seeds its own
     full window (windows may overlap) and holds only its own match.
 
-    Only the seeds and the matches must have been read (:func:`window_reads`).
+    Only the seeds and the matches must have been read (:func:`place_windows`).
     """
+    return _windows(hits, _spans(hits, before, after, coalesce, limit))
+
+
+def place_windows(
+    hits: Sequence[Candidate],
+    before: int,
+    after: int,
+    *,
+    coalesce: bool = True,
+    limit: int | None = None,
+) -> Placed:
+    """Where :func:`plan_windows` puts its windows, from the hits' keys and scores alone.
+
+    Its positions are every window's seed and matches, so a query reads only
+    these (issue 34): a hit outside the first ``limit`` windows is never read.
+    Its windows, built from the same hits once read, are :func:`plan_windows`'s.
+    """
+    spans = _spans(hits, before, after, coalesce, limit)
+    positions = [i for seed, _, _, matches in spans for i in (seed, *matches)]
+    return Placed(positions, lambda read: _windows(read, spans))
+
+
+def _windows(hits: Sequence[Candidate], spans: list[Span]) -> list[Group]:
+    """The windows of these spans, from the hits (their seeds and matches read)."""
     windows: list[Group] = []
-    for seed, lo, hi, matches in _spans(hits, before, after, coalesce, limit):
+    for seed, lo, hi, matches in spans:
         hit = _read(hits[seed])
         if hit.n_splits is not None:  # the source's last split (spans are planned without it)
             hi = min(hi, hit.n_splits - 1)
@@ -47,34 +81,15 @@ def plan_windows(
     return windows
 
 
-def window_reads(
-    hits: Sequence[Candidate],
-    before: int,
-    after: int,
-    *,
-    coalesce: bool = True,
-    limit: int | None = None,
-) -> list[str]:
-    """The keys of the hits :func:`plan_windows` places: every window's seed and matches.
-
-    Read from the hits' keys and scores alone, so a query reads only these
-    (issue 34): a hit outside the first ``limit`` windows is never read.
-    """
-    out = []
-    for seed, _, _, matches in _spans(hits, before, after, coalesce, limit):
-        out += [hits[seed].key, *(hits[i].key for i in matches)]
-    return out
-
-
 def _spans(
     hits: Sequence[Candidate], before: int, after: int, coalesce: bool, limit: int | None
-) -> list[tuple[int, int, int, list[int]]]:
+) -> list[Span]:
     """``(seed, lo, hi, matches)`` per window (indices into ``hits``).
 
     ``hi`` is not held to the source's last split: no hit lies past it, so
     which window holds a hit does not depend on it.
     """
-    spans: list[tuple[int, int, int, list[int]]] = []
+    spans: list[Span] = []
     by_source: dict[str, list[tuple[int, int, int]]] = {}  # per source: (lo, hi, span)
     full = limit is not None and limit <= 0
     for i, hit in enumerate(hits):
