@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice, pairwise
-from operator import attrgetter, gt
+from itertools import compress, count, islice
+from operator import attrgetter, eq, ge
 from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.documents import Document
@@ -212,25 +212,27 @@ def dedupe_hits(hits: Sequence[C]) -> list[C]:
     engine returned them in and whatever generation a source is at.
     """
     if len(set(map(_KEY_OF, hits))) == len(hits):  # a search's usual answer: no key twice
-        scores = list(map(_SCORE_OF, hits))
-        if all(map(gt, scores, islice(scores, 1, None))):
-            return list(hits)  # already best first, no ties to order
-    best: dict[str, C] = {}
-    for hit in hits:
-        if hit.key not in best or hit.score > best[hit.key].score:
-            best[hit.key] = hit
-    out = list(best.values())
-    if all(a.score > b.score for a, b in pairwise(out)):
-        return out  # already best first, no ties to order (a search's usual answer)
-    out.sort(key=_SCORE_OF, reverse=True)  # stable; then each group of equal scores in order
+        out = list(hits)
+    else:
+        best: dict[str, C] = {}
+        for hit in hits:
+            if hit.key not in best or hit.score > best[hit.key].score:
+                best[hit.key] = hit
+        out = list(best.values())
+    scores = list(map(_SCORE_OF, out))
+    if not all(map(ge, scores, islice(scores, 1, None))):  # not best first (ties aside)
+        out.sort(key=_SCORE_OF, reverse=True)  # stable
+        scores = list(map(_SCORE_OF, out))
+    # each group of equal scores in document order: the places where a score repeats
+    tied = list(compress(count(), map(eq, scores, islice(scores, 1, None))))
     i = 0
-    while i < len(out):
-        j = i + 1
-        while j < len(out) and out[j].score == out[i].score:
+    while i < len(tied):
+        j = i
+        while j + 1 < len(tied) and tied[j + 1] == tied[j] + 1:
             j += 1
-        if j - i > 1:
-            out[i:j] = sorted(out[i:j], key=_document_order)
-        i = j
+        first, last = tied[i], tied[j] + 1  # out[first : last + 1] score the same
+        out[first : last + 1] = sorted(out[first : last + 1], key=_document_order)
+        i = j + 1
     return out
 
 

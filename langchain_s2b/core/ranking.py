@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, replace
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 from langchain_core.documents import Document
@@ -48,6 +48,54 @@ from langchain_s2b.core.requests import (
 )
 
 
+class Later(Mapping[str, float]):
+    """A mapping made on first use (issue 34).
+
+    A query's relevance covers every one of its ~200 hits, but a mode with
+    ``k`` results and no budget never reads it: it is made only when read.
+    """
+
+    __slots__ = ("_keys", "_made", "_values")
+
+    def __init__(self, keys: list[str], values: Callable[[], list[float]]) -> None:
+        self._keys = keys
+        self._values = values
+        self._made: dict[str, float] | None = None
+
+    def _dict(self) -> dict[str, float]:
+        made = self._made
+        if made is None:
+            made = self._made = dict(zip(self._keys, self._values(), strict=True))
+        return made
+
+    def __getitem__(self, key: str) -> float:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def keys(self) -> KeysView[str]:
+        """The keys (the mapping made)."""
+        return self._dict().keys()
+
+    def values(self) -> ValuesView[float]:
+        """The values (the mapping made)."""
+        return self._dict().values()
+
+    def items(self) -> ItemsView[str, float]:
+        """The pairs (the mapping made)."""
+        return self._dict().items()
+
+    def __repr__(self) -> str:
+        return f"Later({self._dict()!r})"
+
+
 @dataclass(frozen=True)
 class Ranked:
     """One query's hits, in rank order, as deep as one search went."""
@@ -55,7 +103,7 @@ class Ranked:
     hits: list[Candidate]
     """Best first: by relevance (the dense order without hybrid search). A candidate is
     read (a :class:`~langchain_s2b.core.hits.Hit`) once a mode places it (:func:`read`)."""
-    relevance: dict[str, float]
+    relevance: Mapping[str, float]
     """Each hit's relevance: the z-score of its rank score (the cosine, or under hybrid
     search the fused score) on the scale of the query's first rank scores."""
     fused: dict[str, float] | None
@@ -117,17 +165,21 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         scores += [found.tied] * (min(depth, STATS_DEPTH) - len(scores))
     scale = scale_of(scores)
     last = None if found.exhausted else _lowest_left_out(searched, found)
-    proxied = any(isinstance(c, Hit) and c.covers is not None for c in searched)
+    keys = list(map(_KEY, searched))
+    marked = PROXY_MARK in "\0".join(keys)  # a proxy's key among them (is_proxy_key), one scan
+    proxied = marked and any(isinstance(c, Hit) and c.covers is not None for c in searched)
     hits = dedupe_hits(expand(searched)) if proxied else searched
     if not params.hybrid:
-        relevance = dict(zip([h.key for h in hits], scale.zs(h.score for h in hits), strict=True))
+        relevance = Later([h.key for h in hits], lambda: scale.zs(h.score for h in hits))
         bound = None if last is None or last <= 0 else scale.z(last)
         return Ranked(hits, relevance, None, scale, found.exhausted, last, bound, query=query)
-    by_key = {hit.key: hit for hit in hits}
+    by_key = {hit.key: hit for hit in hits} if proxied else dict(zip(keys, hits, strict=True))
     text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
     lexical = text.hits
-    proxies = {hit.key: hit for hit in searched if PROXY_MARK in hit.key}  # is_proxy_key
-    missing = [key for key, _ in lexical if PROXY_MARK in key and key not in proxies]
+    proxies = {hit.key: hit for hit in searched if PROXY_MARK in hit.key} if marked else {}
+    missing = []
+    if PROXY_MARK in "\0".join(map(_KEY, lexical)):  # BM25 found a proxy
+        missing = [key for key, _ in lexical if PROXY_MARK in key and key not in proxies]
     if missing:  # BM25's proxies the dense search did not return: their covers, dense scores
         scored = yield from ask(LeafHits(missing, params.filter, vector))
         more = [scored[key] for key in missing if key in scored]
@@ -151,7 +203,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     lexical_z = dict(zip([k for k, _ in kept], kept_z, strict=True))
     ordered, fused = fuse_arrays(keys, scale.z_array(dense), lexical_z, LEXICAL_WEIGHT)
     fused_scale = scale_of(fused)
-    relevance = dict(zip(ordered, fused_scale.z_array(np.array(fused)).tolist(), strict=True))
+    relevance = Later(ordered, lambda: fused_scale.z_array(np.array(fused)).tolist())
     bound = None
     if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
         floor = min(kept_z, default=0.0)
@@ -162,6 +214,8 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
 
 
 _SCORE = attrgetter("score")
+_KEY = itemgetter(0)
+"""A hit's key (a :class:`Hit`'s and a :class:`Scored`'s first field), and a pair's."""
 
 
 def read(ranking: Ranked, keys: Sequence[str] | None = None) -> Op[Ranked]:
