@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -48,54 +49,6 @@ from langchain_s2b.core.requests import (
 )
 
 
-class Later(Mapping[str, float]):
-    """A mapping made on first use (issue 34).
-
-    A query's relevance covers every one of its ~200 hits, but a mode with
-    ``k`` results and no budget never reads it: it is made only when read.
-    """
-
-    __slots__ = ("_keys", "_made", "_values")
-
-    def __init__(self, keys: list[str], values: Callable[[], list[float]]) -> None:
-        self._keys = keys
-        self._values = values
-        self._made: dict[str, float] | None = None
-
-    def _dict(self) -> dict[str, float]:
-        made = self._made
-        if made is None:
-            made = self._made = dict(zip(self._keys, self._values(), strict=True))
-        return made
-
-    def __getitem__(self, key: str) -> float:
-        return self._dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return len(self._dict())
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._dict()
-
-    def keys(self) -> KeysView[str]:
-        """The keys (the mapping made)."""
-        return self._dict().keys()
-
-    def values(self) -> ValuesView[float]:
-        """The values (the mapping made)."""
-        return self._dict().values()
-
-    def items(self) -> ItemsView[str, float]:
-        """The pairs (the mapping made)."""
-        return self._dict().items()
-
-    def __repr__(self) -> str:
-        return f"Later({self._dict()!r})"
-
-
 @dataclass(frozen=True)
 class Ranked:
     """One query's hits, in rank order, as deep as one search went."""
@@ -103,9 +56,9 @@ class Ranked:
     hits: list[Candidate]
     """Best first: by relevance (the dense order without hybrid search). A candidate is
     read (a :class:`~langchain_s2b.core.hits.Hit`) once a mode places it (:func:`read`)."""
-    relevance: Mapping[str, float]
-    """Each hit's relevance: the z-score of its rank score (the cosine, or under hybrid
-    search the fused score) on the scale of the query's first rank scores."""
+    relevance_of: dict[str, float] | Callable[[], dict[str, float]]
+    """:attr:`relevance`, or how to make it when first read (issue 34: it covers every one
+    of ~200 hits, and a mode with ``k`` results and no budget never reads it)."""
     fused: dict[str, float] | None
     """Under hybrid search, each hit's fused score (reported as ``fused_score``)."""
     scale: Scale
@@ -120,6 +73,16 @@ class Ranked:
     """With a reranker, each hit's ``rerank_score`` (the hits are those it kept, its order)."""
     query: str = ""
     """The query's text (parent mode's fine cuts read its words)."""
+
+    @cached_property
+    def relevance(self) -> dict[str, float]:
+        """Each hit's relevance, made once.
+
+        The z-score of its rank score (the cosine, or under hybrid search the fused
+        score) on the scale of the query's first rank scores.
+        """
+        made = self.relevance_of
+        return made() if callable(made) else made
 
 
 def first_depth(params: QueryParams) -> int:
@@ -170,9 +133,12 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     proxied = marked and any(isinstance(c, Hit) and c.covers is not None for c in searched)
     hits = dedupe_hits(expand(searched)) if proxied else searched
     if not params.hybrid:
-        relevance = Later([h.key for h in hits], lambda: scale.zs(h.score for h in hits))
+
+        def dense_relevance() -> dict[str, float]:
+            return dict(zip([h.key for h in hits], scale.zs(h.score for h in hits), strict=True))
+
         bound = None if last is None or last <= 0 else scale.z(last)
-        return Ranked(hits, relevance, None, scale, found.exhausted, last, bound, query=query)
+        return Ranked(hits, dense_relevance, None, scale, found.exhausted, last, bound, query=query)
     by_key = {hit.key: hit for hit in hits} if proxied else dict(zip(keys, hits, strict=True))
     text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
     lexical = text.hits
@@ -203,14 +169,17 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     lexical_z = dict(zip([k for k, _ in kept], kept_z, strict=True))
     ordered, fused = fuse_arrays(keys, scale.z_array(dense), lexical_z, LEXICAL_WEIGHT)
     fused_scale = scale_of(fused)
-    relevance = Later(ordered, lambda: fused_scale.z_array(np.array(fused)).tolist())
+
+    def fused_relevance() -> dict[str, float]:
+        return dict(zip(ordered, fused_scale.z_array(np.array(fused)).tolist(), strict=True))
+
     bound = None
     if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
         floor = min(kept_z, default=0.0)
         bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
     hits = list(map(by_key.__getitem__, ordered))
     by_fused = dict(zip(ordered, fused, strict=True))
-    return Ranked(hits, relevance, by_fused, scale, found.exhausted, last, bound, query=query)
+    return Ranked(hits, fused_relevance, by_fused, scale, found.exhausted, last, bound, query=query)
 
 
 _SCORE = attrgetter("score")
@@ -265,7 +234,7 @@ def _only(ranking: Ranked, hits: list[Candidate]) -> Ranked:
     return replace(
         ranking,
         hits=hits,
-        relevance={key: z for key, z in ranking.relevance.items() if key in kept},
+        relevance_of={key: z for key, z in ranking.relevance.items() if key in kept},
         fused=None if fused is None else {key: s for key, s in fused.items() if key in kept},
         reranked=None if reranked is None else {k: s for k, s in reranked.items() if k in kept},
     )
@@ -287,7 +256,7 @@ def floored(ranking: Ranked, floor: float) -> Ranked:
     return replace(
         ranking,
         hits=hits,
-        relevance={key: z for key, z in ranking.relevance.items() if key in kept},
+        relevance_of={key: z for key, z in ranking.relevance.items() if key in kept},
         fused=None if fused is None else {key: s for key, s in fused.items() if key in kept},
         exhausted=ranking.exhausted or done,
         last=None if done else ranking.last,
