@@ -20,7 +20,8 @@ from langchain_s2b.core.merge import Chunk, leaf_chunk, merge_chunks
 from langchain_s2b.core.requests import LeafRead, read_whole
 
 Span = tuple[int, int, int, list[int]]
-"""``(seed, lo, hi, matches)`` of one window: indices into the hits, and its split ids."""
+"""``(seed, lo, hi, matches)`` of one window: ``seed`` and ``matches`` index the hits,
+``lo`` and ``hi`` are its first and last split id."""
 
 
 def plan_windows(
