@@ -15,11 +15,11 @@ from langchain_core.stores import InMemoryStore
 from langchain_text_splitters import TextSplitter
 
 from langchain_s2b import WindowSplitter
-from langchain_s2b.core.hits import dedupe_hits, hit_from_metadata
+from langchain_s2b.core.hits import Scored, dedupe_hits, hit_from_metadata
 from langchain_s2b.core.ingest import identify, prepare
 from langchain_s2b.core.merge import Chunk, merge_chunks
 from langchain_s2b.core.tree import Level
-from langchain_s2b.core.window import assemble_windows, plan_windows
+from langchain_s2b.core.window import assemble_windows, place_windows, plan_windows
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -251,6 +251,27 @@ class TestPlanWindows:
         assert_split_disjoint(windows)
         scores = [doc.metadata["score"] for doc in windows]
         assert scores == sorted(scores, reverse=True)
+
+    @PROPERTY
+    @given(
+        case=window_case(),
+        coalesce=st.booleans(),
+        limit=st.sampled_from([None, 0, 1, 2, 3]),
+    )
+    def test_placed_windows_are_planned_windows_from_keys_and_scores(self, case, coalesce, limit):
+        """Issue 34: :func:`place_windows` plans from unread hits (keys and scores only); the
+        hits at its positions are exactly the planned windows' seeds and matches, each once,
+        and its windows, built from the read hits, are :func:`plan_windows`'s."""
+        _, hits, before, after, _ = case
+        read = dedupe_hits(hits)
+        unread = [Scored(h.key, h.score, h.source_key, h.split_id) for h in read]
+        placed = place_windows(unread, before, after, coalesce=coalesce, limit=limit)
+        planned = plan_windows(read, before, after, coalesce=coalesce, limit=limit)
+        assert placed.groups(read) == planned
+        assert len(set(placed.positions)) == len(placed.positions)
+        assert sorted(read[i].key for i in placed.positions) == sorted(
+            h.key for group in planned for h in group.hits
+        )
 
     def test_windows_of_overlapping_chunks_stay_k_results(self):
         """Two hits whose chunks overlap by characters but not by split stay two results
