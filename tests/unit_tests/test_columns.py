@@ -22,6 +22,7 @@ from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.store.base.columns import Shapes
 from langchain_s2b.store.nodes.levels import byte_offsets
+from langchain_s2b.store.nodes.node_keys import HEADS_KEPT, NODE_KEY, KeyReader
 from langchain_s2b.store.nodes.node_store import NodeStore
 from langchain_s2b.store.vectors.records import Records
 
@@ -330,6 +331,40 @@ class TestNodeStore:
         store.mset([("s/doc/0", doc), ("s/sentence/1", leaf)])
         store.mset([("s/doc/0", Document("other", metadata={"start": 0, "end": 5}, id="s/doc/0"))])
         assert store.mget(["s/sentence/1"]) == [leaf]
+
+
+class TestKeyReader:
+    """The read path's key parser agrees with the node key grammar on every string."""
+
+    reader = KeyReader()
+
+    @settings(max_examples=400)
+    @given(
+        st.lists(
+            st.text(alphabet="ab/09_Z\n\u0663\u00b2\u00e9-", max_size=6), min_size=1, max_size=4
+        )
+    )
+    def test_agrees_with_the_grammar(self, parts: list[str]) -> None:
+        key = "/".join(parts)
+        match = NODE_KEY.match(key)
+        want = None if match is None else ((match[1], match[2]), int(match[3]))
+        assert self.reader(key) == want
+        assert self.reader(key) == want  # its head read from what it kept
+
+    def test_by_hand(self) -> None:
+        reader = KeyReader()
+        assert reader("s.g2/sentence/12") == (("s.g2", "sentence"), 12)
+        assert reader("s/sentence/0") == (("s", "sentence"), 0)
+        for bad in ["s/sentence/01", "s/sentence/", "/sentence/1", "s//1", "s/Sentence/1"]:
+            assert reader(bad) is None, bad
+        for bad in ["s/a/b/1", "s/sentence/1\n", "s/sentence/\u0663", "s/sentence/\u00b2"]:
+            assert reader(bad) is None, bad
+
+    def test_keeps_a_bounded_number_of_heads(self) -> None:
+        reader = KeyReader()
+        for i in range(HEADS_KEPT + 10):
+            assert reader(f"s{i}/sentence/{i}") == ((f"s{i}", "sentence"), i)
+        assert len(reader._heads) <= HEADS_KEPT
 
 
 def _as_json(doc: Document) -> Document:

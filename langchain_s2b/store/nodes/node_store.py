@@ -22,7 +22,6 @@ parsed or built per node.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from langchain_s2b.store.nodes.levels import (
     decode,
     encode,
 )
+from langchain_s2b.store.nodes.node_keys import NODE_KEY, KeyReader
 
 ARRAYS_FILE = "nodes.npz"
 TEXT_FILE = "nodes.utf8"
@@ -59,7 +59,6 @@ SHAPES_FILE = "nodes.shapes.jsonl"
 NAMES_FILE = "nodes.names.json"
 OTHER_FILE = "nodes.other.jsonl"
 FILES = (ARRAYS_FILE, TEXT_FILE, SHAPES_FILE, NAMES_FILE, OTHER_FILE)
-_NODE_KEY = re.compile(r"^([^/]+)/([a-z][a-z0-9_]*)/(0|[1-9][0-9]*)\Z")
 
 
 class NodeStore(BaseStore[str, Document]):
@@ -67,6 +66,7 @@ class NodeStore(BaseStore[str, Document]):
 
     def __init__(self) -> None:
         self.shapes = Shapes()
+        self._key = KeyReader()
         self._texts: dict[str, bytes] = {}
         """Source (generation) key -> its text as UTF-8, while any of its nodes is held."""
         self._levels: dict[tuple[str, str], Level] = {}
@@ -86,7 +86,7 @@ class NodeStore(BaseStore[str, Document]):
         pairs = list(dict(key_value_pairs).items())
         batch = TextBatch(self._texts)
         for key, doc in pairs:  # the sources' texts first: a batch holds its doc nodes
-            match = _NODE_KEY.match(key)
+            match = NODE_KEY.match(key)
             if match and match[2] == DOC_LEVEL and match[3] == "0" and type(doc) is Document:
                 self._set_text(match[1], doc.page_content, batch)
         touched: set[str] = set()
@@ -113,7 +113,7 @@ class NodeStore(BaseStore[str, Document]):
         batch.offsets.pop(source, None)
 
     def _put_node(self, key: str, doc: Document, batch: TextBatch) -> bool:
-        match = _NODE_KEY.match(key)
+        match = NODE_KEY.match(key)
         if match is None or type(doc) is not Document or doc.id != key:
             return False
         coded = self.shapes.encode(doc.metadata)
@@ -147,7 +147,7 @@ class NodeStore(BaseStore[str, Document]):
     def _drop(self, key: str, touched: set[str]) -> None:
         if self._other.pop(key, None) is not None:
             return
-        match = _NODE_KEY.match(key)
+        match = NODE_KEY.match(key)
         if match is None:
             return
         source, level_name, split = match[1], match[2], int(match[3])
@@ -216,15 +216,15 @@ class NodeStore(BaseStore[str, Document]):
 
     def _locate(self, key: str) -> tuple[Level, str, int, int] | None:
         """``(level, source, split id, shape)`` of a node held in the columns, else ``None``."""
-        match = _NODE_KEY.match(key)
-        if match is None:
+        parsed = self._key(key)
+        if parsed is None:
             return None
-        level = self._levels.get((match[1], match[2]))
-        split = int(match[3])
+        pair, split = parsed
+        level = self._levels.get(pair)
         if level is None or split >= level.shape.size:
             return None
         shape = level.shape.data.item(split)
-        return None if shape == ABSENT else (level, match[1], split, shape)
+        return None if shape == ABSENT else (level, pair[0], split, shape)
 
     def _text(self, level: Level, source: str, split: int) -> str:
         """A located node's text: its own, or the slice of its source's."""
