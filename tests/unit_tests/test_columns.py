@@ -8,6 +8,7 @@ give back equal is kept whole and still comes back equal.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.merge import Chunk, chunk_of
 from langchain_s2b.store.base.columns import Shapes
+from langchain_s2b.store.nodes import node_keys
 from langchain_s2b.store.nodes.levels import byte_offsets
 from langchain_s2b.store.nodes.node_keys import HEADS_KEPT, NODE_KEY, KeyReader
 from langchain_s2b.store.nodes.node_store import NodeStore
@@ -359,6 +361,24 @@ class TestKeyReader:
             assert reader(bad) is None, bad
         for bad in ["s/a/b/1", "s/sentence/1\n", "s/sentence/\u0663", "s/sentence/\u00b2"]:
             assert reader(bad) is None, bad
+
+    def test_threads_sharing_one_reader_read_every_key_right(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Readers share a node store: with the kept heads cleared all the time, every thread
+        reads every key as one thread does (each lookup is one ``dict.get``)."""
+        monkeypatch.setattr(node_keys, "HEADS_KEPT", 2)  # cleared all the time
+        reader = KeyReader()
+        keys = [f"s{i % 7}/level{i % 3}/{i}" for i in range(300)] + ["s/Bad/1", "s/x/01"]
+        want = [reader(key) for key in keys]
+        assert want[:2] == [(("s0", "level0"), 0), (("s1", "level1"), 1)]
+        assert want[-2:] == [None, None]
+
+        def read_all(_: int) -> bool:
+            return all([reader(key) for key in keys] == want for _ in range(200))
+
+        with ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(read_all, range(4)))
 
     def test_keeps_a_bounded_number_of_heads(self) -> None:
         reader = KeyReader()

@@ -14,17 +14,24 @@ NODE_KEY = re.compile(r"^([^/]+)/([a-z][a-z0-9_]*)/(0|[1-9][0-9]*)\Z")
 """``(source key, level name, split id)`` of a node key."""
 _HEAD = re.compile(r"([^/]+)/([a-z][a-z0-9_]*)\Z")
 """A node key's ``<source_key>/<level>`` (matched from its start)."""
+_NO_NODE = ("", "")
+"""What :class:`KeyReader` keeps for a head that names no node (a source key is never empty)."""
 HEADS_KEPT = 4096
 """How many parsed heads :class:`KeyReader` keeps (cleared when full)."""
 
 
 class KeyReader:
-    """:data:`NODE_KEY` for reads: each key's head parsed once, its split id checked inline."""
+    """:data:`NODE_KEY` for reads: each key's head parsed once, its split id checked inline.
+
+    Safe to share between threads: each lookup is one ``dict.get`` (a head
+    another thread's clearing removed is parsed again).
+    """
 
     __slots__ = ("_heads",)
 
     def __init__(self) -> None:
-        self._heads: dict[str, tuple[str, str] | None] = {}
+        self._heads: dict[str, tuple[str, str]] = {}
+        """Head -> ``(source key, level name)``, or :data:`_NO_NODE` where it names none."""
 
     def __call__(self, key: str) -> tuple[tuple[str, str], int] | None:
         """``((source key, level name), split id)`` of a node key, else ``None``."""
@@ -32,12 +39,11 @@ class KeyReader:
         if not (digits.isascii() and digits.isdigit()) or (digits[0] == "0" and digits != "0"):
             return None
         heads = self._heads
-        if head in heads:
-            pair = heads[head]
-        else:
+        pair = heads.get(head)
+        if pair is None:
             match = _HEAD.match(head)
-            pair = None if match is None else (match[1], match[2])
+            pair = _NO_NODE if match is None else (match[1], match[2])
             if len(heads) >= HEADS_KEPT:
                 heads.clear()
             heads[head] = pair
-        return None if pair is None else (pair, int(digits))
+        return None if pair is _NO_NODE else (pair, int(digits))
