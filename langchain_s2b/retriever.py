@@ -440,20 +440,25 @@ class SmallToBigRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        io: Runner = _private(self)["_io"]
-        query = self._read(query, io)
-        docs = io.drive(retrieve(query, self._params(kwargs), self.on_missing))
+        io, op = self._retrieval(query, kwargs)
+        docs = io.drive(op)
         callbacks.emit(run_manager, docs)
         return docs
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        io: Runner = _private(self)["_io"]
-        query = self._read(query, io)
-        docs = await io.adrive(retrieve(query, self._params(kwargs), self.on_missing))
+        io, op = self._retrieval(query, kwargs)
+        docs = await io.adrive(op)
         await callbacks.aemit(run_manager, docs)
         return docs
+
+    def _retrieval(
+        self, query: Any, overrides: dict[str, Any]
+    ) -> tuple[Runner, Op[list[Document]]]:
+        """The runner and one query's retrieval (``invoke`` and ``ainvoke`` drive it)."""
+        io: Runner = _private(self)["_io"]
+        return io, retrieve(self._read(query, io), self._params(overrides), self.on_missing)
 
     @staticmethod
     def _read(query: Any, io: Runner) -> str:
