@@ -269,6 +269,27 @@ def test_a_damaged_or_crafted_file_loads_equal_or_is_one_line(
                 exercise(loaded)
 
 
+@pytest.mark.parametrize("drop", ["context_model", "embedded"])
+def test_a_save_that_records_no_context_model_loads_as_one_without(
+    saved: tuple[Path, Any, list[str]], drop: str
+) -> None:
+    """Found by the property above: ``embedded`` without ``context_model`` passed the
+    config check (absent reads as null) and then failed as a ``KeyError``."""
+    path, expected, _ = saved
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / "idx"
+        shutil.copytree(path, root)
+        config = persist.current_snapshot(root) / "s2b.json"
+        meta = json.loads(config.read_text())
+        assert meta["embedded"] == {"contextual_headers": "off", "context_model": None}
+        if drop == "embedded":
+            del meta["embedded"]
+        else:
+            del meta["embedded"]["context_model"]
+        config.write_text(json.dumps(meta))
+        assert state(SmallToBigRetriever.load(root, emb())) == expected
+
+
 def test_the_mutations_reach_every_file(saved: tuple[Path, Any, list[str]]) -> None:
     """The files the property draws from: every file of the save, the pointer too."""
     _, _, names = saved

@@ -83,7 +83,7 @@ def check_embedded(
     """
     saved = dict(saved or NOTHING_EMBEDDED)
     _check_proxies(path, saved.get("proxies"), proxies)
-    was, model = saved["contextual_headers"], saved["context_model"]
+    was, model = saved["contextual_headers"], saved.get("context_model")  # absent: none
     if was != headers:
         names = {"off": "False", "sections": "True", "custom": "<its callable>"}
         msg = (
