@@ -197,6 +197,32 @@ class ChildIndex(ChildWrites):
         hits, _ = _faiss_hits(index, scores, at, flt, 0, [place for _, place in held])
         return _wanted(keys, hits)
 
+    @staticmethod
+    def located_hits(
+        index: FaissIndex, keys: list[str], vector: Sequence[float], located: Located
+    ) -> dict[str, Candidate | None] | None:
+        """:meth:`leaf_hits` of leaves a BM25 search located, unfiltered, in one pass (or ``None``).
+
+        Each key scored at its row as ``leaf_hits(keys, None, vector, located)``
+        scores it, for keys ``located`` holds with their node places, none a
+        proxy's (the search's usual answer); ``None`` for any other, which
+        :meth:`leaf_hits` answers. The caller holds the index's lock and its
+        :attr:`~FaissIndex.version` is the one ``located`` was read at.
+        """
+        found = list(map(located.get, keys))
+        places = [None if got is None else got[1] for got in found]
+        if None in places or PROXY_MARK in "\0".join(keys):
+            return None
+        rows = [got[0] for got in cast("list[tuple[int, Place]]", found)]
+        scores = index.scores_of(_query_row(vector), rows)
+        if scores is None or len(scores) != len(rows):
+            return None
+        new = tuple.__new__
+        return {
+            p[0]: new(Scored, (p[0], score, p[1], p[2], None))
+            for p, score in zip(cast("list[Place]", places), scores.tolist(), strict=True)
+        }
+
     async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Candidate]:
         """Async :meth:`leaf_hits`."""
         if self.faiss is not None or vector is None or not keys:

@@ -120,7 +120,9 @@ class FaissLexical(FaissBase):
                 at = np.asarray(rows, dtype=np.int64)
                 places = held.node_places(at)
                 keys = held.keys_of(at, places)
-            if located is not None:
+            if located is not None and None not in keys:  # every row live (the usual answer)
+                located.update(zip(keys, zip(rows, places, strict=True), strict=True))  # type: ignore[arg-type]
+            elif located is not None:
                 found = zip(keys, rows, places, strict=True)
                 located.update((key, (row, place)) for key, row, place in found if key is not None)
             return keys
