@@ -124,6 +124,36 @@ class TestTheJoinOnRows:
         assert parsed == []
 
 
+    @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        gone=st.lists(st.integers(0, 11), max_size=4, unique=True),
+        words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+        n=st.integers(1, 30),
+        known_every=st.integers(1, 4),
+    )
+    def test_unfiltered_faiss_scores_in_one_pass_without_leaf_hits(
+        self, gone: list[int], words: list[str], n: int, known_every: int
+    ) -> None:
+        """Without a filter, every leaf BM25 found was located by its search: they are scored
+        at those rows in one pass (``located_hits``), ``leaf_hits`` is never asked, and the
+        answer is the by-key reference's."""
+        _, index = _index(FaissIndex(BagOfWords()), gone)
+        query = " ".join(words)
+        listed = [key for key, _ in index.search_text(query, n, None)]
+        known = set(listed[::known_every])
+        want = _by_keys(index, query, n, None, known)
+        vector = index.embed_query(query)
+        with pytest.MonkeyPatch.context() as patch:
+
+            def refused(*_: Any) -> Any:
+                raise AssertionError("leaf_hits was asked")
+
+            patch.setattr(HybridChildIndex, "leaf_hits", refused)
+            got = index.text_hits(query, n, None, vector, frozenset(known))
+        assert got == want
+        assert list(got.scored) == [key for key in listed if key not in known]
+
+
 class TestOtherStores:
     @pytest.mark.parametrize("flt", range(len(FILTERS) - 1))  # a callable: FAISS and memory only
     def test_any_store_answers_as_leaf_hits_does(self, flt: int) -> None:
