@@ -123,7 +123,6 @@ class TestTheJoinOnRows:
         assert all(hit is not None for hit in got.scored.values())
         assert parsed == []
 
-
     @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(
         gone=st.lists(st.integers(0, 11), max_size=4, unique=True),
