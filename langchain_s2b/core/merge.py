@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from langchain_core.documents import Document
 
@@ -16,6 +16,19 @@ class Chunk(NamedTuple):
     end: int
     text: str
     split_id: int = 0
+
+
+class WholeLeaf(NamedTuple):
+    """A leaf read whole without a ``Document``: its chunk and its stored metadata.
+
+    How a node store that keeps nodes as spans answers a key
+    :class:`~langchain_s2b.core.requests.ReadLeaves` asks for whole (a window's
+    first leaf, whose metadata is the result's): the metadata is the document's
+    own, and no pydantic ``Document`` is built for it.
+    """
+
+    chunk: Chunk
+    metadata: dict[str, Any]
 
 
 class Merged(NamedTuple):
@@ -71,7 +84,10 @@ def chunk_of(doc: Document, split_field: str = "split_id") -> Chunk:
     return tuple.__new__(Chunk, (start, end, text, split))
 
 
-def leaf_chunk(leaf: Document | Chunk, split: int) -> Chunk:
+def leaf_chunk(leaf: Document | Chunk | WholeLeaf, split: int) -> Chunk:
     """A leaf read for assembly (its chunk, or the stored node) as leaf ``split``'s chunk."""
-    chunk = leaf if isinstance(leaf, Chunk) else chunk_of(leaf)
+    if isinstance(leaf, Chunk):
+        chunk = leaf
+    else:
+        chunk = leaf.chunk if isinstance(leaf, WholeLeaf) else chunk_of(leaf)
     return chunk if chunk.split_id == split else chunk._replace(split_id=split)

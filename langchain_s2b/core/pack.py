@@ -36,7 +36,7 @@ from langchain_s2b.core.hits import (
     result_metadata,
 )
 from langchain_s2b.core.keys import level_prefix
-from langchain_s2b.core.merge import Chunk, chunk_of
+from langchain_s2b.core.merge import Chunk, WholeLeaf, chunk_of
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.ranking import Ranked
 from langchain_s2b.core.relevance import evidence
@@ -45,8 +45,8 @@ from langchain_s2b.core.requests import (
     Op,
     ReadLeaves,
     ask,
+    leaf_metadata,
     read_documents,
-    read_whole,
 )
 
 logger = logging.getLogger("langchain_s2b")
@@ -140,13 +140,15 @@ def present_seeds(seeds: Sequence[Hit], fetched: Fetched, on_missing: str) -> li
 def fetched_leaves(fetched: Fetched) -> dict[LeafId, Chunk]:
     """The leaves read by ``(source key, split id)``.
 
-    A leaf read as a chunk is a node of its key's source (the store checked
-    that its metadata names it); a document names its own.
+    A leaf read as a chunk (with its metadata or without) is a node of its
+    key's source (the store checked that its metadata names it); a document
+    names its own.
     """
     leaves: dict[LeafId, Chunk] = {}
     for key, doc in fetched.items():
-        if isinstance(doc, Chunk):
-            leaves[(key.partition("/")[0], doc.split_id)] = doc
+        if isinstance(doc, Chunk | WholeLeaf):
+            chunk = doc if isinstance(doc, Chunk) else doc.chunk
+            leaves[(key.partition("/")[0], chunk.split_id)] = chunk
         elif doc is not None:
             chunk = chunk_of(doc)
             leaves[(str(doc.metadata["source_key"]), chunk.split_id)] = chunk
@@ -161,6 +163,6 @@ def _document(run: Run, hits: Sequence[Hit], fetched: Mapping[str, LeafRead]) ->
     group = Group(
         first.source_key, first.source_id, keys, inside, first.level, run.start, run.end, "budget"
     )
-    meta = result_metadata(group, "pack", read_whole(fetched[first.key]).metadata)
+    meta = result_metadata(group, "pack", leaf_metadata(fetched[first.key]))
     meta.update(split_ids=list(range(run.first, run.last + 1)), tokens=run.tokens)
     return Document(page_content=run.text, metadata=meta)

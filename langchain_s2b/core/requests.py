@@ -15,7 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Candidate, Hit
-from langchain_s2b.core.merge import Chunk
+from langchain_s2b.core.merge import Chunk, WholeLeaf
 from langchain_s2b.core.propose import ProxyPiece
 from langchain_s2b.core.situate import Piece
 
@@ -154,16 +154,25 @@ class Fetch(Request[list[Document | None]]):
     keys: list[str]
 
 
-LeafRead = Document | Chunk
-"""A leaf as :class:`ReadLeaves` reads it: its chunk, or the stored document."""
+LeafRead = Document | Chunk | WholeLeaf
+"""A leaf as :class:`ReadLeaves` reads it: its chunk, its chunk with its metadata, or the
+stored document."""
 
 
 def read_whole(leaf: LeafRead) -> Document:
-    """A leaf that was read whole (a key in :attr:`ReadLeaves.whole`, or a :class:`Fetch`)."""
-    if isinstance(leaf, Chunk):
-        msg = f"Leaf {leaf.split_id} was read as a chunk where its document is needed."
+    """A leaf that was read as a document (a :class:`Fetch`, or any store's :class:`ReadLeaves`)."""
+    if not isinstance(leaf, Document):
+        split = (leaf.chunk if isinstance(leaf, WholeLeaf) else leaf).split_id
+        msg = f"Leaf {split} was read as a chunk where its document is needed."
         raise RuntimeError(msg)
     return leaf
+
+
+def leaf_metadata(leaf: LeafRead) -> dict[str, Any]:
+    """The stored metadata of a leaf read whole (a key in :attr:`ReadLeaves.whole`, or fetched)."""
+    if isinstance(leaf, WholeLeaf):
+        return leaf.metadata
+    return read_whole(leaf).metadata
 
 
 @dataclass(frozen=True)
@@ -173,9 +182,11 @@ class ReadLeaves(Request[list[LeafRead | None]]):
     A store that keeps nodes as spans
     (:class:`~langchain_s2b.store.nodes.node_store.NodeStore`) answers a
     node with its :class:`~langchain_s2b.core.merge.Chunk` (split id: its
-    key's), and builds no ``Document``; a key in ``whole``, and every key of any
+    key's), and builds no ``Document``; a key in ``whole`` with its chunk and
+    its stored metadata (:class:`~langchain_s2b.core.merge.WholeLeaf`: what a
+    window's first leaf is read for). Every other key, and every key of any
     other store, comes back as the stored document (one ``mget``, as
-    :class:`Fetch`).
+    :class:`Fetch`); :func:`leaf_metadata` reads the metadata of either.
     """
 
     keys: list[str]

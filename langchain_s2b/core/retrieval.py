@@ -59,8 +59,8 @@ from langchain_s2b.core.requests import (
     ReadLeaves,
     Vector,
     ask,
+    leaf_metadata,
     read_documents,
-    read_whole,
 )
 from langchain_s2b.core.window import assemble_windows, first_present, place_windows, plan_windows
 
@@ -292,7 +292,7 @@ def ceiling(
         cuts += [coarse(as_cut(run, f.slot), f) for f in mine for run in f.slot.runs]
         cuts.sort(key=lambda found: min(ranks[h.key] for h in found.hits))
         first = next(d for d in (fetched.get(k) for k in group.keys) if d is not None)
-        base = read_whole(first).metadata
+        base = leaf_metadata(first)
         out += [cut_document(found, group, mode, base, _cut_from(docs)) for found in cuts]
     return out
 

@@ -16,8 +16,8 @@ from langchain_s2b.core.hits import (
     result_metadata,
 )
 from langchain_s2b.core.keys import level_prefix
-from langchain_s2b.core.merge import Chunk, leaf_chunk, merge_chunks
-from langchain_s2b.core.requests import LeafRead, read_whole
+from langchain_s2b.core.merge import Chunk, WholeLeaf, leaf_chunk, merge_chunks
+from langchain_s2b.core.requests import LeafRead, leaf_metadata
 
 Span = tuple[int, int, int, list[int]]
 """``(seed, lo, hi, matches)`` of one window: ``seed`` and ``matches`` index the hits,
@@ -157,7 +157,7 @@ def assemble_windows(group: Group, fetched: Mapping[str, LeafRead | None]) -> li
     present = [doc for doc in docs if doc is not None]
     if len(present) == len(docs):  # the usual case: one run, every hit in it
         run = [_chunk(doc, split) for split, doc in enumerate(present, start=lo)]
-        return [_window_document(group, group.hits, run, read_whole(present[0]).metadata, [])]
+        return [_window_document(group, group.hits, run, leaf_metadata(present[0]), [])]
     matched = {hit.split_id for hit in group.hits}
     runs: list[list[Chunk]] = [[]]
     missing: list[int] = []
@@ -175,7 +175,7 @@ def assemble_windows(group: Group, fetched: Mapping[str, LeafRead | None]) -> li
             runs.append([])
             continue
         if base is None:
-            base = read_whole(doc).metadata
+            base = leaf_metadata(doc)
         runs[-1].append(_chunk(doc, split))
     out = []
     for run in runs:
@@ -192,7 +192,7 @@ def first_present(group: Group, fetched: Mapping[str, LeafRead | None]) -> str |
 
 
 def _chunk(doc: LeafRead, split: int) -> Chunk:
-    if isinstance(doc, Chunk):  # a node read from a store's columns: its own numbers
+    if isinstance(doc, Chunk | WholeLeaf):  # a node read from a store's columns: its own numbers
         return leaf_chunk(doc, split)
     meta = doc.metadata
     return Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split)

@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core.merge import Chunk, chunk_of
+from langchain_s2b.core.merge import Chunk, WholeLeaf, chunk_of
 from langchain_s2b.store.base.columns import Shapes
 from langchain_s2b.store.nodes import node_keys
 from langchain_s2b.store.nodes.levels import byte_offsets
@@ -300,10 +300,15 @@ class TestNodeStore:
         whole = set(sorted(model)[::2])
         for key, read in zip(keys, store.read_leaves(keys, whole), strict=True):
             doc = model.get(key)
-            if doc is None or key in whole or not isinstance(read, Chunk):
+            if doc is None or not isinstance(read, Chunk | WholeLeaf):
                 assert read == doc, key
                 continue
             split = int(key.rpartition("/")[2])
+            if key in whole:  # its chunk and the metadata mget gives it
+                assert isinstance(read, WholeLeaf), key
+                assert read.metadata == doc.metadata, key
+                assert list(read.metadata) == list(doc.metadata), key
+                read = read.chunk
             assert read == chunk_of(doc) == (*chunk_of(doc)[:3], split), key
             assert doc.metadata["source_key"] == key.partition("/")[0], key
 
@@ -322,9 +327,11 @@ class TestNodeStore:
             Document("Two.", metadata=other, id="u/sentence/1"),
             None,
         ]
-        assert store.read_leaves(["s/sentence/1"], whole={"s/sentence/1"}) == store.mget(
-            ["s/sentence/1"]
-        )
+        whole = {"s/sentence/1", "u/sentence/1"}
+        assert store.read_leaves(["s/sentence/1", "u/sentence/1"], whole=whole) == [
+            WholeLeaf(Chunk(5, 9, "Two.", 1), meta),
+            Document("Two.", metadata=other, id="u/sentence/1"),
+        ]
 
     def test_a_changed_source_text_keeps_its_old_slices(self) -> None:
         store = NodeStore()

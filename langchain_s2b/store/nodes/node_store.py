@@ -31,7 +31,7 @@ from langchain_core.documents import Document
 from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.keys import is_manifest_key
-from langchain_s2b.core.merge import Chunk
+from langchain_s2b.core.merge import Chunk, WholeLeaf
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.store.base import (
     Column,
@@ -175,18 +175,20 @@ class NodeStore(BaseStore[str, Document]):
 
     def read_leaves(
         self, keys: Sequence[str], whole: Collection[str] = ()
-    ) -> list[Document | Chunk | None]:
+    ) -> list[Document | Chunk | WholeLeaf | None]:
         """:meth:`mget` for assembly: a node as a :class:`~langchain_s2b.core.merge.Chunk`.
 
         A node whose span and split id are its own numbers, and whose key names
         its metadata's source and level, comes back as its chunk (the one its
         document gives) and no ``Document`` is built: a budget reads ~400 leaves
-        a query. A key in ``whole``, and any other value, comes back as
-        :meth:`mget` gives it.
+        a query. Such a node whose key is in ``whole`` comes back with its
+        metadata too (a :class:`~langchain_s2b.core.merge.WholeLeaf`: the
+        metadata :meth:`mget` gives it, still no ``Document``). Any other value
+        comes back as :meth:`mget` gives it.
         """
-        out: list[Document | Chunk | None] = []
+        out: list[Document | Chunk | WholeLeaf | None] = []
         for key in keys:
-            if key in whole or key in self._other:
+            if key in self._other:
                 out.append(self._get(key))
                 continue
             found = self._locate(key)
@@ -198,8 +200,12 @@ class NodeStore(BaseStore[str, Document]):
             if place is None or key != f"{place[0]}{split}":  # the node key its metadata names
                 out.append(self._get(key))
                 continue
-            text = self._text(level, source, split)
-            out.append(Chunk(level.start.data.item(split), level.end.data.item(split), text, split))
+            start, end = level.start.data.item(split), level.end.data.item(split)
+            chunk = Chunk(start, end, self._text(level, source, split), split)
+            if key in whole:  # the metadata _get gives it, without its Document
+                out.append(WholeLeaf(chunk, self.shapes.decode(shape, split, start, end)))
+            else:
+                out.append(chunk)
         return out
 
     def _get(self, key: str) -> Document | None:
