@@ -1,0 +1,217 @@
+"""What a query costs in instructions, against its floor: a count no busy machine moves.
+
+.. code-block:: bash
+
+    python benchmarks/instructions.py                        # 10k children, this checkout
+    python benchmarks/instructions.py --code ../base --code .  # two checkouts, one table
+    python benchmarks/instructions.py --size 100000 --json out.json
+
+The timings of :mod:`query_cost` move with the machine's load by more than a change of a few
+per cent of a query's own work (on this project's VMs: 0.1-0.4x of the ratio between two runs of
+the same code). This counts instructions instead, under valgrind's callgrind (``apt install
+valgrind``), which runs the same code the same way every time (hash seed fixed): two runs of one
+checkout agree within about 1%. Each checkout runs in a process of its own, under callgrind with
+instrumentation off while the corpus is built; the parent turns it on (``callgrind_control``)
+around four loops over the same queries, one count each:
+
+- ``dense`` / ``hybrid``: ``invoke(q, k=4, fetch_k=20, window_size=1)`` (``query_cost.QUERY``)
+  on the retrievers :mod:`query_cost` measures (HNSW32, the synthetic corpus, memoised
+  query vectors), after one warm-up round;
+- ``floor_dense``: bare FAISS top-20 + LangChain's ``invoke`` of an empty retriever;
+- ``floor_hybrid``: bare FAISS top-100 + tantivy's own top-100 + the empty ``invoke``.
+
+``own`` = invoke - floor. Instructions are not time (a FAISS or tantivy instruction waits on
+memory more often than the interpreter's), so the ratio here is not the issue's timed ratio;
+what it is for is telling whether a change made the library's own work smaller, and by how much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PHASES = ("dense", "hybrid", "floor_dense", "floor_hybrid")
+
+
+def child(root: Path, size: int, queries: int, out: Path) -> None:
+    """Build the corpus, then run each phase when the parent says go (instrumented by it)."""
+    sys.path.insert(0, str(root / "benchmarks"))
+    import faiss
+    from corpus import HashEmbedding, load_questions  # type: ignore[import-not-found]
+    from query_cost import QUERY, TextFloor  # type: ignore[import-not-found]
+    from run import DIM, EMPTY_RETRIEVER, Corpus, query_vectors  # type: ignore[import-not-found]
+
+    from langchain_s2b import SmallToBigRetriever
+
+    asked = load_questions(queries)
+    qvecs = query_vectors(asked, HashEmbedding(DIM))
+    table = dict(zip(asked, qvecs.tolist(), strict=True))
+    corpus = Corpus("window", table, index_factory="HNSW32", search_params="efSearch=64")
+    corpus.grow_to(size)
+    hybrid = corpus.retriever
+    dense = SmallToBigRetriever(
+        vectorstore=corpus.index, docstore=hybrid.docstore, mode="window", hybrid=False
+    )
+    faiss.omp_set_num_threads(1)
+    raw = corpus.index._index
+    text = TextFloor(corpus.index)
+
+    def floor(depth: int, lexical: bool) -> None:
+        for i, q in enumerate(asked):
+            raw.search(qvecs[i : i + 1], depth)
+            if lexical:
+                text.timed(q, depth)
+            EMPTY_RETRIEVER.invoke(q)
+
+    loops = {
+        "dense": lambda: [dense.invoke(q, **QUERY) for q in asked],
+        "hybrid": lambda: [hybrid.invoke(q, **QUERY) for q in asked],
+        "floor_dense": lambda: floor(20, lexical=False),
+        "floor_hybrid": lambda: floor(100, lexical=True),
+    }
+    for run in loops.values():  # warm: caches filled, lazily built parts built
+        run()
+    for name in PHASES:
+        (out / f"{name}.ready").touch()
+        _wait(out / f"{name}.go")
+        loops[name]()
+        (out / f"{name}.done").touch()
+        _wait(out / f"{name}.dumped")
+
+
+def _wait(path: Path, timeout: float = 3600.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > end:
+            msg = f"instructions.py: waited {timeout:.0f} s for {path.name}"
+            raise TimeoutError(msg)
+        time.sleep(0.02)
+
+
+def count(root: Path, size: int, queries: int) -> dict[str, float]:
+    """Instructions per query of each phase, for the checkout at ``root``."""
+    with tempfile.TemporaryDirectory(prefix="s2b-instr-") as tmp:
+        out = Path(tmp)
+        env = {**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "0"}
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}/cg.out",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            str(root),
+            "--size",
+            str(size),
+            "--queries",
+            str(queries),
+            "--out",
+            str(out),
+        ]
+        with open(out / "log", "w") as log:
+            proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+            pid = str(proc.pid)
+            for name in PHASES:
+                while not (out / f"{name}.ready").exists():
+                    if proc.poll() is not None:
+                        tail = (out / "log").read_text()[-2000:]
+                        msg = f"instructions.py: the run of {root} stopped:\n{tail}"
+                        raise RuntimeError(msg)
+                    time.sleep(0.2)
+                _control("-z", pid)
+                _control("-i", "on", pid)
+                (out / f"{name}.go").touch()
+                _wait(out / f"{name}.done")
+                _control("-i", "off", pid)
+                _control("-d", name, pid)
+                (out / f"{name}.dumped").touch()
+            proc.wait()
+        totals: dict[str, float] = {}
+        for dump in out.glob("cg.out.*"):
+            text = dump.read_text()
+            trigger = re.search(r"^desc: Trigger: dump (\w+)$", text, re.M)
+            total = re.search(r"^totals: (\d+)$", text, re.M)
+            if trigger and total:
+                totals[trigger.group(1)] = int(total.group(1)) / queries
+        missing = [name for name in PHASES if name not in totals]
+        if missing:
+            msg = f"instructions.py: no count for {missing} in the run of {root}"
+            raise RuntimeError(msg)
+        return totals
+
+
+def _control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
+
+
+def rows(root: Path, totals: dict[str, float]) -> list[dict[str, Any]]:
+    out = []
+    for path in ("dense", "hybrid"):
+        invoke, floor = totals[path], totals[f"floor_{path}"]
+        out.append(
+            {
+                "code": str(root),
+                "path": path,
+                "invoke": invoke,
+                "floor": floor,
+                "own": invoke - floor,
+                "ratio": invoke / floor,
+            }
+        )
+    return out
+
+
+def render(table: list[dict[str, Any]], size: int) -> str:
+    lines = [
+        f"instructions per query, {size:,} children (millions)",
+        "",
+        "| code | path | invoke | floor | own work | invoke / floor |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in table:
+        lines.append(
+            f"| {r['code']} | {r['path']} | {r['invoke'] / 1e6:.3f} | {r['floor'] / 1e6:.3f} "
+            f"| {r['own'] / 1e6:.3f} | {r['ratio']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--code", type=Path, action="append", help="a checkout (repeatable)")
+    parser.add_argument("--size", type=int, default=10_000, help="children (default 10000)")
+    parser.add_argument("--queries", type=int, default=30, help="queries per loop (default 30)")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        child(args.child, args.size, args.queries, args.out)
+        return 0
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            print(f"instructions.py needs {tool} on PATH (apt install valgrind); not found.")
+            return 2
+    roots = [p.resolve() for p in (args.code or [Path(__file__).resolve().parent.parent])]
+    table: list[dict[str, Any]] = []
+    for root in roots:
+        print(f"counting {root} ({args.size:,} children; a few minutes) ...", flush=True)
+        table += rows(root, count(root, args.size, args.queries))
+    print(render(table, args.size))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"size": args.size, "rows": table}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
