@@ -10,7 +10,8 @@ The timings of :mod:`query_cost` move with the machine's load by more than a cha
 per cent of a query's own work (on this project's VMs: 0.1-0.4x of the ratio between two runs of
 the same code). This counts instructions instead, under valgrind's callgrind (``apt install
 valgrind``), which runs the same code the same way every time (hash seed fixed): two runs of each
-of two checkouts agreed within 0.2% on the own work and 1% on the floors. Each checkout runs in a process of its own, under callgrind with
+of two checkouts agreed within 0.2% on the own work and 1% on the floors. Each checkout runs in
+a process of its own (its package; this script's corpus and floor), under callgrind with
 instrumentation off while the corpus is built; the parent turns it on (``callgrind_control``)
 around four loops over the same queries, one count each:
 
@@ -42,25 +43,19 @@ from typing import Any
 PHASES = ("dense", "hybrid", "floor_dense", "floor_hybrid")
 
 
-def child(root: Path, size: int, queries: int, out: Path) -> None:
-    """Build the corpus, then run each phase when the parent says go (instrumented by it)."""
-    sys.path.insert(0, str(root / "benchmarks"))
+def child(size: int, queries: int, out: Path) -> None:
+    """Build the corpus, then run each phase when the parent says go (instrumented by it).
+
+    The package is the measured checkout's (``PYTHONPATH``); the corpus and the
+    floor's parts are this script's (:mod:`run`, :mod:`query_cost`), so two
+    checkouts are measured the same way.
+    """
     import faiss
-    from corpus import HashEmbedding, load_questions  # type: ignore[import-not-found]
-    from query_cost import QUERY, TextFloor  # type: ignore[import-not-found]
-    from run import DIM, EMPTY_RETRIEVER, Corpus, query_vectors  # type: ignore[import-not-found]
+    from query_cost import QUERY, TextFloor
+    from run import EMPTY_RETRIEVER, query_cost_pair
 
-    from langchain_s2b import SmallToBigRetriever
-
-    asked = load_questions(queries)
-    qvecs = query_vectors(asked, HashEmbedding(DIM))
-    table = dict(zip(asked, qvecs.tolist(), strict=True))
-    corpus = Corpus("window", table, index_factory="HNSW32", search_params="efSearch=64")
-    corpus.grow_to(size)
+    asked, qvecs, corpus, dense = query_cost_pair(size, queries)
     hybrid = corpus.retriever
-    dense = SmallToBigRetriever(
-        vectorstore=corpus.index, docstore=hybrid.docstore, mode="window", hybrid=False
-    )
     faiss.omp_set_num_threads(1)
     raw = corpus.index._index
     text = TextFloor(corpus.index)
@@ -110,7 +105,6 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
             sys.executable,
             str(Path(__file__).resolve()),
             "--child",
-            str(root),
             "--size",
             str(size),
             "--queries",
@@ -192,11 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=10_000, help="children (default 10000)")
     parser.add_argument("--queries", type=int, default=30, help="queries per loop (default 30)")
     parser.add_argument("--json", type=Path, help="write the rows here")
-    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child is not None:
-        child(args.child, args.size, args.queries, args.out)
+    if args.child:
+        child(args.size, args.queries, args.out)
         return 0
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:

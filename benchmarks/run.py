@@ -384,6 +384,27 @@ def query_vectors(queries: list[str], embedding: HashEmbedding) -> np.ndarray:
     return normalise(embedding.matrix(queries))
 
 
+def query_cost_pair(
+    children: int, n_queries: int
+) -> tuple[list[str], np.ndarray, Corpus, SmallToBigRetriever]:
+    """The query-cost corpus grown to ``children``, and a dense retriever beside its hybrid one.
+
+    Window mode, ``HNSW32`` searched with ``efSearch=64``, the first ``n_queries``
+    questions memoised as their vectors: ``(questions, vectors, corpus, dense)``;
+    ``corpus.retriever`` is the hybrid retriever, and the dense one shares its
+    index and docstore.
+    """
+    queries = load_questions(n_queries)
+    qvecs = query_vectors(queries, HashEmbedding(DIM))
+    table = dict(zip(queries, qvecs.tolist(), strict=True))
+    corpus = Corpus("window", table, index_factory="HNSW32", search_params="efSearch=64")
+    corpus.grow_to(children)
+    dense = SmallToBigRetriever(
+        vectorstore=corpus.index, docstore=corpus.retriever.docstore, mode="window", hybrid=False
+    )
+    return queries, qvecs, corpus, dense
+
+
 def record(section: str, **fields: Any) -> None:
     ROWS.append({"section": section, **fields})
     log(section, json.dumps(fields, default=str))

@@ -30,8 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from corpus import HashEmbedding, load_questions  # noqa: E402
-from run import DIM, Corpus, query_vectors  # noqa: E402
+from run import query_cost_pair  # noqa: E402
 
 from langchain_s2b import SmallToBigRetriever  # noqa: E402
 
@@ -49,15 +48,8 @@ DEFAULT_BUDGET = 1000
 
 def answers(children: int, n_queries: int) -> list[list[Any]]:
     """``[path, mode, options, question, documents or error]`` of every call."""
-    queries = load_questions(n_queries)
-    vectors = query_vectors(queries, HashEmbedding(DIM))
-    table = dict(zip(queries, vectors.tolist(), strict=True))
-    corpus = Corpus("window", table, index_factory="HNSW32", search_params="efSearch=64")
-    corpus.grow_to(children)
+    queries, _, corpus, dense = query_cost_pair(children, n_queries)
     hybrid = corpus.retriever
-    dense = SmallToBigRetriever(
-        vectorstore=corpus.index, docstore=hybrid.docstore, mode="window", hybrid=False
-    )
     out: list[list[Any]] = []
     for path, retriever in (("hybrid", hybrid), ("dense", dense)):
         for mode in MODES:
