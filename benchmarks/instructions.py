@@ -46,14 +46,17 @@ PHASES = ("dense", "hybrid", "floor_dense", "floor_hybrid")
 def child(size: int, queries: int, out: Path) -> None:
     """Build the corpus, then run each phase when the parent says go (instrumented by it).
 
-    The package is the measured checkout's (``PYTHONPATH``); the corpus and the
-    floor's parts are this script's (:mod:`run`, :mod:`query_cost`), so two
-    checkouts are measured the same way.
+    The package is the measured checkout's (``--code``, which :mod:`run` puts
+    first on the path); the corpus and the floor's parts are this script's
+    (:mod:`run`, :mod:`query_cost`), so two checkouts are measured the same way.
     """
     import faiss
-    from query_cost import QUERY, TextFloor
+    from query_cost import QUERY, TextFloor  # imports run, which puts --code's package first
     from run import EMPTY_RETRIEVER, query_cost_pair
 
+    import langchain_s2b
+
+    (out / "package").write_text(str(Path(langchain_s2b.__file__).resolve()))
     asked, qvecs, corpus, dense = query_cost_pair(size, queries)
     hybrid = corpus.retriever
     faiss.omp_set_num_threads(1)
@@ -96,7 +99,7 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
     """Instructions per query of each phase, for the checkout at ``root``."""
     with tempfile.TemporaryDirectory(prefix="s2b-instr-") as tmp:
         out = Path(tmp)
-        env = {**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "0"}
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
         cmd = [
             "valgrind",
             "--tool=callgrind",
@@ -105,6 +108,8 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
             sys.executable,
             str(Path(__file__).resolve()),
             "--child",
+            "--code",  # run.py imports this checkout's package
+            str(root),
             "--size",
             str(size),
             "--queries",
@@ -130,6 +135,10 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
                 _control("-d", name, pid)
                 (out / f"{name}.dumped").touch()
             proc.wait()
+        package = Path((out / "package").read_text())
+        if not package.is_relative_to(root):
+            msg = f"instructions.py: the run of {root} imported the package at {package}"
+            raise RuntimeError(msg)
         totals: dict[str, float] = {}
         for dump in out.glob("cg.out.*"):
             text = dump.read_text()
