@@ -108,7 +108,7 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
             sys.executable,
             str(Path(__file__).resolve()),
             "--child",
-            "--code",  # run.py imports this checkout's package
+            "--code",  # run.py puts the measured checkout's package first on the path
             str(root),
             "--size",
             str(size),
@@ -121,16 +121,11 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
             proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
             pid = str(proc.pid)
             for name in PHASES:
-                while not (out / f"{name}.ready").exists():
-                    if proc.poll() is not None:
-                        tail = (out / "log").read_text()[-2000:]
-                        msg = f"instructions.py: the run of {root} stopped:\n{tail}"
-                        raise RuntimeError(msg)
-                    time.sleep(0.2)
+                _running_until(out / f"{name}.ready", proc, root)
                 _control("-z", pid)
                 _control("-i", "on", pid)
                 (out / f"{name}.go").touch()
-                _wait(out / f"{name}.done")
+                _running_until(out / f"{name}.done", proc, root)
                 _control("-i", "off", pid)
                 _control("-d", name, pid)
                 (out / f"{name}.dumped").touch()
@@ -151,6 +146,16 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
             msg = f"instructions.py: no count for {missing} in the run of {root}"
             raise RuntimeError(msg)
         return totals
+
+
+def _running_until(path: Path, proc: subprocess.Popen[bytes], root: Path) -> None:
+    """Wait for the child to write ``path``; its log's end, if it stops first."""
+    while not path.exists():
+        if proc.poll() is not None:
+            tail = (path.parent / "log").read_text()[-2000:]
+            msg = f"instructions.py: the run of {root} stopped:\n{tail}"
+            raise RuntimeError(msg)
+        time.sleep(0.05)
 
 
 def _control(*args: str) -> None:
