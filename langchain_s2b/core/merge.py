@@ -86,8 +86,7 @@ def chunk_of(doc: Document, split_field: str = "split_id") -> Chunk:
 
 def leaf_chunk(leaf: Document | Chunk | WholeLeaf, split: int) -> Chunk:
     """A leaf read for assembly (its chunk, or the stored node) as leaf ``split``'s chunk."""
-    if isinstance(leaf, Chunk):
-        chunk = leaf
-    else:
-        chunk = leaf.chunk if isinstance(leaf, WholeLeaf) else chunk_of(leaf)
+    if isinstance(leaf, WholeLeaf):
+        leaf = leaf.chunk
+    chunk = leaf if isinstance(leaf, Chunk) else chunk_of(leaf)
     return chunk if chunk.split_id == split else chunk._replace(split_id=split)

@@ -20,7 +20,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.keys import is_proxy_key
 from langchain_s2b.core.requests import TextHits
-from langchain_s2b.store.children import HybridChildIndex
+from langchain_s2b.store.children import HybridChildIndex, child_index
 from langchain_s2b.store.vectors import records
 
 from ._embeddings import BagOfWords
@@ -130,12 +130,12 @@ class TestTheJoinOnRows:
         n=st.integers(1, 30),
         known_every=st.integers(1, 4),
     )
-    def test_unfiltered_faiss_scores_in_one_pass_without_leaf_hits(
+    def test_unfiltered_faiss_scores_in_one_pass(
         self, gone: list[int], words: list[str], n: int, known_every: int
     ) -> None:
         """Without a filter, every leaf BM25 found was located by its search: they are scored
-        at those rows in one pass (``located_hits``), ``leaf_hits`` is never asked, and the
-        answer is the by-key reference's."""
+        at those rows in one pass, the general path (each key's row looked up again, the hits
+        built from the search's rows) is never taken, and the answer is the by-key reference's."""
         _, index = _index(FaissIndex(BagOfWords()), gone)
         query = " ".join(words)
         listed = [key for key, _ in index.search_text(query, n, None)]
@@ -145,9 +145,10 @@ class TestTheJoinOnRows:
         with pytest.MonkeyPatch.context() as patch:
 
             def refused(*_: Any) -> Any:
-                raise AssertionError("leaf_hits was asked")
+                raise AssertionError("the general path was taken")
 
-            patch.setattr(HybridChildIndex, "leaf_hits", refused)
+            patch.setattr(child_index, "_node_rows", refused)
+            patch.setattr(child_index, "_faiss_hits", refused)
             got = index.text_hits(query, n, None, vector, frozenset(known))
         assert got == want
         assert list(got.scored) == [key for key in listed if key not in known]

@@ -177,7 +177,8 @@ class ChildIndex(ChildWrites):
 
         See :class:`LeafHits`. ``FaissIndex`` scores its stored vectors directly
         (``located``: keys whose rows a read at the current version found, see
-        :meth:`FaissIndex.search_text`); any other store is
+        :meth:`FaissIndex.search_text`; unfiltered, such leaves are scored in
+        one pass, :func:`_located_hits`); any other store is
         searched for exactly these leaves (a metadata filter on their source,
         level and split id, with ``flt``).
         """
@@ -188,6 +189,10 @@ class ChildIndex(ChildWrites):
         if index is None:
             pairs = self._search_generic(vector, "", len(keys), _only(keys, flt))
             return _wanted(keys, [hit_from_child(doc, score) for doc, score in pairs])
+        if flt is None and located:  # BM25's leaves, unfiltered: usually one pass
+            fast = _located_hits(index, keys, vector, located)
+            if fast is not None:
+                return fast
         held = [(row, place) for row, place in _node_rows(index, keys, located) if row >= 0]
         rows = [row for row, _ in held]
         scores = index.scores_of(_query_row(vector), rows)
@@ -196,32 +201,6 @@ class ChildIndex(ChildWrites):
         at = np.asarray(rows, dtype=np.int64)
         hits, _ = _faiss_hits(index, scores, at, flt, 0, [place for _, place in held])
         return _wanted(keys, hits)
-
-    @staticmethod
-    def located_hits(
-        index: FaissIndex, keys: list[str], vector: Sequence[float], located: Located
-    ) -> dict[str, Candidate | None] | None:
-        """:meth:`leaf_hits` of leaves a BM25 search located, unfiltered, in one pass (or ``None``).
-
-        Each key scored at its row as ``leaf_hits(keys, None, vector, located)``
-        scores it, for keys ``located`` holds with their node places, none a
-        proxy's (the search's usual answer); ``None`` for any other, which
-        :meth:`leaf_hits` answers. The caller holds the index's lock and its
-        :attr:`~FaissIndex.version` is the one ``located`` was read at.
-        """
-        found = list(map(located.get, keys))
-        places = [None if got is None else got[1] for got in found]
-        if None in places or PROXY_MARK in "\0".join(keys):
-            return None
-        rows = [got[0] for got in cast("list[tuple[int, Place]]", found)]
-        scores = index.scores_of(_query_row(vector), rows)
-        if scores is None or len(scores) != len(rows):
-            return None
-        new = tuple.__new__
-        return {
-            p[0]: new(Scored, (p[0], score, p[1], p[2], None))
-            for p, score in zip(cast("list[Place]", places), scores.tolist(), strict=True)
-        }
 
     async def aleaf_hits(self, keys: list[str], flt: Any, vector: Vector) -> dict[str, Candidate]:
         """Async :meth:`leaf_hits`."""
@@ -396,6 +375,29 @@ def _node_rows(
     unknown = [key for key in keys if key not in located]
     found = dict(zip(unknown, index.node_rows(unknown), strict=True)) if unknown else {}
     return [located[key] if key in located else found[key] for key in keys]
+
+
+def _located_hits(
+    index: FaissIndex, keys: list[str], vector: Sequence[float], located: Located
+) -> dict[str, Candidate] | None:
+    """:meth:`ChildIndex.leaf_hits`, unfiltered, of leaves a BM25 search located: one pass.
+
+    ``None`` (the general path answers) unless each key is in ``located`` with its
+    place, none a proxy's. The caller holds the lock at ``located``'s version.
+    """
+    found = list(map(located.get, keys))
+    places = [None if got is None else got[1] for got in found]
+    if None in places or PROXY_MARK in "\0".join(keys):
+        return None
+    rows = [got[0] for got in cast("list[tuple[int, Place]]", found)]
+    scores = index.scores_of(_query_row(vector), rows)
+    if scores is None or len(scores) != len(rows):
+        return None
+    new = tuple.__new__
+    return {
+        p[0]: new(Scored, (p[0], score, p[1], p[2], None))
+        for p, score in zip(cast("list[Place]", places), scores.tolist(), strict=True)
+    }
 
 
 def _wanted(keys: Sequence[str], hits: Sequence[C]) -> dict[str, C]:

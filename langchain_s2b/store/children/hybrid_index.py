@@ -248,10 +248,6 @@ class HybridChildIndex(DenseChildIndex):
         missing = _unscored(found, known)
         with index.hold():  # no write between the check and the scores
             rows = located if index.version == stamp else None
-            if rows is not None and flt is None:
-                fast = self.located_hits(index, missing, vector, rows)
-                if fast is not None:
-                    return TextHits(found, fast)
             scored = self.leaf_hits(missing, flt, vector, rows)
         return TextHits(found, _tried(missing, scored))
 
