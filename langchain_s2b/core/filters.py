@@ -8,7 +8,7 @@ tuple comes back a list; a store that filters in its own engine sees an
 array). A callable on the metadata dict is accepted too by the in-memory
 indexes. :class:`~langchain_s2b.store.vectors.faiss_index.FaissIndex`
 evaluates it after its search (FAISS has no metadata);
-:func:`~langchain_s2b.store.children.child_index.native_filter` translates it for other
+:func:`~langchain_s2b.store.children.child_base.native_filter` translates it for other
 child indexes.
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from itertools import repeat
+from operator import sub, truediv
 from typing import TypeVar
 
 import numpy as np
@@ -33,8 +34,8 @@ def z_scores(scores: Sequence[float]) -> list[float]:
     if max(scores) == min(scores):  # not std == 0: a float mean of equal values may miss them
         return [0.0] * len(scores)
     mean = sum(scores) / len(scores)
-    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
-    return [(s - mean) / std for s in scores]
+    std = math.sqrt(sum(map(pow, map(sub, scores, repeat(mean)), repeat(2))) / len(scores))
+    return list(map(truediv, map(sub, scores, repeat(mean)), repeat(std)))  # each (s - mean) / std
 
 
 def z_fuse(

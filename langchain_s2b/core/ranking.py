@@ -16,6 +16,7 @@ import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import compress
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -123,7 +124,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     """
     found = yield from ask(Search(vector, query, depth, params.filter))
     searched = dedupe_hits(found.hits)
-    scores = [hit.score for hit in searched]
+    scores = list(map(_SCORE, searched))
     if found.tied is not None:  # the places of a group of equal scores the cut left out
         scores += [found.tied] * (min(depth, STATS_DEPTH) - len(scores))
     scale = scale_of(scores)
@@ -157,16 +158,17 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     if missing:  # scored with BM25's list, but a proxy's covers
         done = text.scored
         rest = [key for key in missing if key not in done]
-        scored = (yield from ask(LeafHits(rest, params.filter, vector))) if rest else {}
-        for key in missing:  # BM25's order
-            hit = done[key] if key in done else scored.get(key)
-            if hit is not None:
-                by_key[key] = hit
+        if rest:
+            scored = yield from ask(LeafHits(rest, params.filter, vector))
+            got = [done[key] if key in done else scored.get(key) for key in missing]
+        else:  # the usual answer: SearchText scored each one (None: gone, filtered out)
+            got = list(map(done.__getitem__, missing))
+        by_key.update(filter(_SECOND, zip(missing, got, strict=True)))  # BM25's order
     keys = list(by_key)
     dense = np.fromiter(map(_SCORE, by_key.values()), np.float64, len(keys))
-    kept = [(key, s) for key, s in lexical if key in by_key]
-    kept_z = z_scores([s for _, s in kept])
-    lexical_z = dict(zip([k for k, _ in kept], kept_z, strict=True))
+    kept = list(compress(lexical, map(by_key.__contains__, map(_KEY, lexical))))
+    kept_z = z_scores(list(map(_SECOND, kept)))
+    lexical_z = dict(zip(map(_KEY, kept), kept_z, strict=True))
     ordered, fused = fuse_arrays(keys, scale.z_array(dense), lexical_z, LEXICAL_WEIGHT)
     fused_scale = scale_of(fused)
 
@@ -185,6 +187,8 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
 _SCORE = attrgetter("score")
 _KEY = itemgetter(0)
 """A hit's key (a :class:`Hit`'s and a :class:`Scored`'s first field), and a pair's."""
+_SECOND = itemgetter(1)
+"""A ``(key, score)`` pair's score, and a ``(key, hit)`` pair's hit."""
 
 
 def read(ranking: Ranked, keys: Sequence[str] | None = None) -> Op[Ranked]:

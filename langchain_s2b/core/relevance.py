@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import sub
 
 import numpy as np
 
@@ -68,7 +70,8 @@ def scale_of(scores: Sequence[float], depth: int = STATS_DEPTH) -> Scale:
     if not top or max(top) == min(top):  # not std == 0: a float mean of equal values may miss
         return Scale(top[0] if top else 0.0, 0.0)
     mean = sum(top) / len(top)
-    return Scale(mean, math.sqrt(sum((s - mean) ** 2 for s in top) / len(top)))
+    squares = map(pow, map(sub, top, repeat(mean)), repeat(2))  # each (s - mean) ** 2, in C
+    return Scale(mean, math.sqrt(sum(squares) / len(top)))
 
 
 def cut(relevance: Mapping[str, float], margin: float) -> float:

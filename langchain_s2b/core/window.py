@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress, islice
+from operator import attrgetter
 from typing import Any
 
 from langchain_core.documents import Document
@@ -18,6 +20,8 @@ from langchain_s2b.core.hits import (
 from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk, WholeLeaf, leaf_chunk, merge_chunks
 from langchain_s2b.core.requests import LeafRead, leaf_metadata
+
+_SOURCE = attrgetter("source_key")
 
 Span = tuple[int, int, int, list[int]]
 """``(seed, lo, hi, matches)`` of one window: ``seed`` and ``matches`` index the hits,
@@ -103,8 +107,8 @@ def _spans(
                     spans[home][3].append(i)
                 continue
         if full:
-            if coalesce:
-                continue  # no new window: only the matches of those placed are left to find
+            if coalesce:  # no new window: only the matches of those placed are left to find
+                _matches(hits, i + 1, by_source, spans)
             break
         lo, hi = max(0, split - before), split + after
         for other_lo, other_hi, _ in mine or ():
@@ -117,6 +121,26 @@ def _spans(
         spans.append((i, lo, hi, []))
         full = limit is not None and len(spans) >= limit
     return spans
+
+
+def _matches(
+    hits: Sequence[Candidate],
+    start: int,
+    by_source: dict[str, list[tuple[int, int, int]]],
+    spans: list[Span],
+) -> None:
+    """The placed windows' matches among ``hits[start:]`` (no new window is opened).
+
+    Only a hit of a source that has a window can be one: the others are passed
+    over in one C-level scan of their source keys (a hybrid query ranks ~200
+    hits, and ``k`` windows hold a few of them).
+    """
+    mine = map(by_source.__contains__, map(_SOURCE, islice(hits, start, None)))
+    for i in compress(range(start, len(hits)), mine):
+        hit = hits[i]
+        home = _home(by_source[hit.source_key], hit.split_id)
+        if home is not None and hit.score > 0:
+            spans[home][3].append(i)
 
 
 def _home(windows: list[tuple[int, int, int]], split: int) -> int | None:

@@ -1,4 +1,4 @@
-"""What every part of ``ChildIndex`` shares: the store, its model, how it takes vectors."""
+"""What every part of ``ChildIndex`` shares: the store, its model, how it takes vectors, filters."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
-from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
+from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.store.vectors import FaissIndex
 
 Vectors = list[list[float]] | None
@@ -79,3 +80,41 @@ def _embeddings_call(store: Any, name: str) -> str:
     if params[:2] == ["texts", "embeddings"]:
         return "columns"
     return ""
+
+
+def _listable(store: Any) -> set[str] | None:
+    """Every key of a store that can be listed in memory, else ``None``."""
+    if isinstance(store, FaissIndex):
+        return set(store.keys())
+    mapping = getattr(store, "index_to_docstore_id", None)
+    if isinstance(mapping, dict):
+        return set(mapping.values())
+    docs = getattr(store, "store", None)
+    if isinstance(docs, dict):
+        return set(docs)
+    return None
+
+
+def native_filter(store: Any, flt: Any) -> dict[str, Any]:
+    """``filter=`` (a Mongo-style metadata dict, or a callable on metadata) for ``store``.
+
+    ``InMemoryVectorStore`` filters ``Document`` objects with a callable, and
+    ``langchain_community``'s ``FAISS`` filters inside its own ``fetch_k``, so
+    both get a callable and FAISS a ``fetch_k`` that covers the whole index.
+    Any other store gets the dict as its own filter (``PGVector`` and most
+    server stores read Mongo-style dicts); a callable is refused there.
+    """
+    check_filter(flt)
+    on_meta = flt if callable(flt) else (lambda meta: matches_filter(meta, flt))
+    if isinstance(store, InMemoryVectorStore):
+        return {"filter": lambda doc: bool(on_meta(doc.metadata))}
+    ntotal = getattr(getattr(store, "index", None), "ntotal", None)
+    if isinstance(getattr(store, "index_to_docstore_id", None), dict) and ntotal is not None:
+        return {"filter": on_meta, "fetch_k": max(int(ntotal), 1)}
+    if callable(flt):
+        msg = (
+            f"A callable filter works only with FaissIndex, InMemoryVectorStore and "
+            f"langchain_community's FAISS; {type(store).__name__} takes a metadata dict."
+        )
+        raise ValueError(msg)
+    return {"filter": flt}

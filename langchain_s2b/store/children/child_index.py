@@ -21,13 +21,13 @@ import asyncio
 import math
 import operator
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
-from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
 from langchain_s2b.core.hits import (
@@ -41,11 +41,13 @@ from langchain_s2b.core.hits import (
 )
 from langchain_s2b.core.keys import PROXY_MARK, parse_node_key
 from langchain_s2b.core.requests import Found, Vector
-from langchain_s2b.store.children.child_base import _float_lists
+from langchain_s2b.store.children.child_base import _float_lists, _listable, native_filter
 from langchain_s2b.store.children.child_writes import ChildWrites
 from langchain_s2b.store.vectors import FaissIndex, Located, Place
 
 _BY_SCORE = operator.attrgetter("score")
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+"""A place's node key, source key and split id (and a located pair's row and place)."""
 
 
 def _finite(emb: Embeddings, query: str, vector: Sequence[float]) -> list[float]:
@@ -386,18 +388,19 @@ def _located_hits(
     place, none a proxy's. The caller holds the lock at ``located``'s version.
     """
     found = list(map(located.get, keys))
-    places = [None if got is None else got[1] for got in found]
-    if None in places or PROXY_MARK in "\0".join(keys):
+    if None in found or PROXY_MARK in "\0".join(keys):
         return None
-    rows = [got[0] for got in cast("list[tuple[int, Place]]", found)]
+    places = list(map(_SECOND, found))  # type: ignore[arg-type]
+    if None in places:
+        return None
+    rows = list(map(_FIRST, found))  # type: ignore[arg-type]
     scores = index.scores_of(_query_row(vector), rows)
     if scores is None or len(scores) != len(rows):
         return None
-    new = tuple.__new__
-    return {
-        p[0]: new(Scored, (p[0], score, p[1], p[2], None))
-        for p, score in zip(cast("list[Place]", places), scores.tolist(), strict=True)
-    }
+    named = list(map(_FIRST, places))
+    sources, splits = map(_SECOND, places), map(_THIRD, places)
+    fields = zip(named, scores.tolist(), sources, splits, [None] * len(named), strict=True)
+    return dict(zip(named, map(tuple.__new__, repeat(Scored), fields), strict=True))
 
 
 def _wanted(keys: Sequence[str], hits: Sequence[C]) -> dict[str, C]:
@@ -411,19 +414,6 @@ def _query_row(vector: Sequence[float] | np.ndarray) -> np.ndarray:
     if isinstance(vector, list) and vector:
         return _float_lists([vector], 1, len(vector))
     return np.asarray([vector], dtype=np.float32)
-
-
-def _listable(store: Any) -> set[str] | None:
-    """Every key of a store that can be listed in memory, else ``None``."""
-    if isinstance(store, FaissIndex):
-        return set(store.keys())
-    mapping = getattr(store, "index_to_docstore_id", None)
-    if isinstance(mapping, dict):
-        return set(mapping.values())
-    docs = getattr(store, "store", None)
-    if isinstance(docs, dict):
-        return set(docs)
-    return None
 
 
 def _faiss_hits(
@@ -448,6 +438,13 @@ def _faiss_hits(
         if places is None:
             places = index.node_places(rows)
         new = tuple.__new__
+        if None not in places:  # every row a node's (the usual answer): built in C
+            keys = list(map(_FIRST, cast("list[Place]", places)))
+            if PROXY_MARK not in "\0".join(keys):  # no proxy's (is_proxy_key, one scan)
+                sources, splits = map(_SECOND, places), map(_THIRD, places)  # type: ignore[arg-type]
+                unproxied = [None] * len(keys)
+                fields = zip(keys, scores.tolist(), sources, splits, unproxied, strict=True)
+                return list(map(new, repeat(Scored), fields)), filled < depth
         hits: list[Candidate | None] = []
         own: list[tuple[int, int, float]] = []  # (place in ``hits``, row, score): read now
         for score, row, p in zip(scores.tolist(), rows_list, places, strict=True):
@@ -493,28 +490,3 @@ def settle(hits: Sequence[Candidate], fetch: int) -> Found:
     if hits[fetch].score < cut:
         return Found(hits[:fetch], False)
     return Found([hit for hit in hits[:fetch] if hit.score > cut], False, cut)
-
-
-def native_filter(store: Any, flt: Any) -> dict[str, Any]:
-    """``filter=`` (a Mongo-style metadata dict, or a callable on metadata) for ``store``.
-
-    ``InMemoryVectorStore`` filters ``Document`` objects with a callable, and
-    ``langchain_community``'s ``FAISS`` filters inside its own ``fetch_k``, so
-    both get a callable and FAISS a ``fetch_k`` that covers the whole index.
-    Any other store gets the dict as its own filter (``PGVector`` and most
-    server stores read Mongo-style dicts); a callable is refused there.
-    """
-    check_filter(flt)
-    on_meta = flt if callable(flt) else (lambda meta: matches_filter(meta, flt))
-    if isinstance(store, InMemoryVectorStore):
-        return {"filter": lambda doc: bool(on_meta(doc.metadata))}
-    ntotal = getattr(getattr(store, "index", None), "ntotal", None)
-    if isinstance(getattr(store, "index_to_docstore_id", None), dict) and ntotal is not None:
-        return {"filter": on_meta, "fetch_k": max(int(ntotal), 1)}
-    if callable(flt):
-        msg = (
-            f"A callable filter works only with FaissIndex, InMemoryVectorStore and "
-            f"langchain_community's FAISS; {type(store).__name__} takes a metadata dict."
-        )
-        raise ValueError(msg)
-    return {"filter": flt}

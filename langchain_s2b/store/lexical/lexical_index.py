@@ -230,8 +230,10 @@ class LexicalIndex:
             doc = searcher.doc
             with engine_errors():  # the key only, unless a ``keep`` reads the metadata
                 if by_row and key_of is not None:
-                    rows = searcher.fast_field_values(_ROW, list(addresses))
-                    keys = key_of([-1 if row is None else int(row) for row in rows])
+                    rows = searcher.fast_field_values(_ROW, list(addresses))  # ints (i64)
+                    if None in rows:  # a leaf of a segment written before the row column
+                        rows = [-1 if row is None else int(row) for row in rows]
+                    keys = key_of(rows)
                     return [
                         (str(doc(at)[_KEY][0]) if key is None else key, {})
                         for key, at in zip(keys, addresses, strict=True)

@@ -18,6 +18,9 @@ Read = Callable[[Sequence[Any]], list[tuple[str, dict[str, Any]]]]
 """Leaves' ``(key, metadata)`` at these addresses, in their order."""
 
 _KEY, _SCORE = itemgetter(0), itemgetter(1)
+"""A ``(key, score)`` pair's key and score (and a ``(key, metadata)`` pair's key)."""
+_HIT_SCORE, _ADDRESS = itemgetter(0), itemgetter(1)
+"""An engine's ``(score, address)``: its score and its address."""
 
 
 def short_depth(n: int) -> int:
@@ -101,11 +104,14 @@ def top_by_key(
             depth *= 2  # equal scores may lie past the cut
         if isinstance(first, FirstDepth):
             first.saw(found, n)
-        cut = found[min(n, len(found)) - 1][0] if found else 0.0
-        chosen = [hit for hit in found if hit[0] >= cut]  # best first: the n best and their ties
-        read_all = read([address for _, address in chosen])
-        pairs = [(got[0], float(s)) for got, (s, _) in zip(read_all, chosen, strict=True)]
-        return _by_key(pairs, n)
+        end = min(n, len(found))  # best first: the n best and their ties
+        cut = found[end - 1][0] if found else 0.0
+        while end < len(found) and found[end][0] >= cut:
+            end += 1
+        chosen = found[:end]
+        read_all = read(list(map(_ADDRESS, chosen)))
+        scores = map(float, map(_HIT_SCORE, chosen))
+        return _by_key(list(zip(map(_KEY, read_all), scores, strict=True)), n)
     known: dict[Hashable, tuple[str, dict[str, Any]]] = {}
     while True:
         found = search(depth)
