@@ -95,8 +95,14 @@ def _wait(path: Path, timeout: float = 3600.0) -> None:
         time.sleep(0.02)
 
 
-def count(root: Path, size: int, queries: int) -> dict[str, float]:
-    """Instructions per query of each phase, for the checkout at ``root``."""
+def count(
+    root: Path, size: int, queries: int, objects: dict[str, dict[str, float]] | None = None
+) -> dict[str, float]:
+    """Instructions per query of each phase, for the checkout at ``root``.
+
+    ``objects``: filled with each phase's instructions per query by the shared
+    object they ran in (:func:`by_object`).
+    """
     with tempfile.TemporaryDirectory(prefix="s2b-instr-") as tmp:
         out = Path(tmp)
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -141,11 +147,66 @@ def count(root: Path, size: int, queries: int) -> dict[str, float]:
             total = re.search(r"^totals: (\d+)$", text, re.M)
             if trigger and total:
                 totals[trigger.group(1)] = int(total.group(1)) / queries
+                if objects is not None:
+                    split = by_object(dump)
+                    objects[trigger.group(1)] = {k: v / queries for k, v in split.items()}
         missing = [name for name in PHASES if name not in totals]
         if missing:
             msg = f"instructions.py: no count for {missing} in the run of {root}"
             raise RuntimeError(msg)
         return totals
+
+
+_COST_LINE = re.compile(r"^\s*([\d,]+)\s+\([^)]*\)\s+(.*)$")
+_OBJECT = re.compile(r"\[([^\]]+)\]\s*$")
+
+
+def by_object(dump: Path) -> dict[str, int]:
+    """A dump's instructions by the shared object each function is in (``callgrind_annotate``).
+
+    The interpreter's own functions count as ``python``, whether callgrind names
+    their object (``libpython3.x.so``) or only their source file (inlined).
+    """
+    listing = subprocess.run(
+        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    out: dict[str, int] = {}
+    for line in listing.splitlines():
+        cost = _COST_LINE.match(line)
+        if cost is None or "PROGRAM TOTALS" in line:
+            continue
+        where = _OBJECT.search(cost.group(2))
+        name = where.group(1).rsplit("/", 1)[-1] if where else cost.group(2)
+        if "libpython" in name or "/Python-" in name or name.startswith("python"):
+            name = "python"
+        elif where is None:
+            name = "?"
+        else:
+            name = name.split(".", 1)[0]  # tantivy, libfaiss, _multiarray_umath, libc, ...
+        out[name] = out.get(name, 0) + int(cost.group(1).replace(",", ""))
+    return out
+
+
+def render_objects(root: Path, objects: dict[str, dict[str, float]]) -> str:
+    """Each phase's instructions per query by shared object (millions), largest first."""
+    names = sorted(
+        {name for split in objects.values() for name in split},
+        key=lambda name: -max(split.get(name, 0.0) for split in objects.values()),
+    )
+    lines = [
+        f"by shared object, {root} (millions per query)",
+        "",
+        "| object | " + " | ".join(PHASES) + " |",
+        "| --- |" + " --- |" * len(PHASES),
+    ]
+    for name in names:
+        cells = [f"{objects[p].get(name, 0.0) / 1e6:.3f}" for p in PHASES]
+        if any(float(c) > 0.0005 for c in cells):
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _running_until(path: Path, proc: subprocess.Popen[bytes], root: Path) -> None:
@@ -200,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=10_000, help="children (default 10000)")
     parser.add_argument("--queries", type=int, default=30, help="queries per loop (default 30)")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument(
+        "--objects", action="store_true", help="also split each phase by shared object"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -212,10 +276,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     roots = [p.resolve() for p in (args.code or [Path(__file__).resolve().parent.parent])]
     table: list[dict[str, Any]] = []
+    splits: list[str] = []
     for root in roots:
         print(f"counting {root} ({args.size:,} children; a few minutes) ...", flush=True)
-        table += rows(root, count(root, args.size, args.queries))
+        objects: dict[str, dict[str, float]] | None = {} if args.objects else None
+        table += rows(root, count(root, args.size, args.queries, objects))
+        if objects:
+            splits.append(render_objects(root, objects))
     print(render(table, args.size))
+    for split in splits:
+        print("\n" + split)
     if args.json is not None:
         args.json.write_text(json.dumps({"size": args.size, "rows": table}, indent=2))
     return 0
