@@ -187,23 +187,25 @@ class NodeStore(BaseStore[str, Document]):
         comes back as :meth:`mget` gives it.
         """
         out: list[Document | Chunk | WholeLeaf | None] = []
+        other, locate, shapes, new = self._other, self._locate, self.shapes, tuple.__new__
         for key in keys:
-            if key in self._other:
+            if key in other:
                 out.append(self._get(key))
                 continue
-            found = self._locate(key)
+            found = locate(key)
             if found is None:
                 out.append(None)
                 continue
             level, source, split, shape = found
-            place = self.shapes.spanned_place(shape)
+            place = shapes.spanned_place(shape)
             if place is None or key != f"{place[0]}{split}":  # the node key its metadata names
                 out.append(self._get(key))
                 continue
             start, end = level.start.data.item(split), level.end.data.item(split)
-            chunk = Chunk(start, end, self._text(level, source, split), split)
+            chunk = new(Chunk, (start, end, self._text(level, source, split), split))
             if key in whole:  # the metadata _get gives it, without its Document
-                out.append(WholeLeaf(chunk, self.shapes.decode(shape, split, start, end)))
+                meta = shapes.decode(shape, split, start, end)
+                out.append(new(WholeLeaf, (chunk, meta)))
             else:
                 out.append(chunk)
         return out
