@@ -273,6 +273,17 @@ class TestPlanWindows:
             h.key for group in planned for h in group.hits
         )
 
+    @PROPERTY
+    @given(case=window_case(), coalesce=st.booleans(), limit=st.sampled_from([0, 1, 2, 3]))
+    def test_k_windows_are_the_first_k_windows_with_all_their_matches(self, case, coalesce, limit):
+        """The first ``k`` windows of the whole plan, each with every match it holds, whether
+        the plan stops at ``k`` or not (once ``k`` are placed, the hits left are scanned by
+        source for matches only: the whole plan never takes that path)."""
+        _, hits, before, after, _ = case
+        read = dedupe_hits(hits)
+        every = plan_windows(read, before, after, coalesce=coalesce)
+        assert plan_windows(read, before, after, coalesce=coalesce, limit=limit) == every[:limit]
+
     def test_windows_of_overlapping_chunks_stay_k_results(self):
         """Two hits whose chunks overlap by characters but not by split stay two results
         (merging them would return fewer than k and let a weaker hit widen a window)."""
