@@ -5,6 +5,7 @@
     python benchmarks/instructions.py                        # 10k children, this checkout
     python benchmarks/instructions.py --code ../base --code .  # two checkouts, one table
     python benchmarks/instructions.py --size 100000 --json out.json
+    python benchmarks/instructions.py --objects              # each phase by shared object
 
 The timings of :mod:`query_cost` move with the machine's load by more than a change of a few
 per cent of a query's own work (on this project's VMs: 0.1-0.4x of the ratio between two runs of
