@@ -398,9 +398,14 @@ def _located_hits(
     if scores is None or len(scores) != len(rows):
         return None
     named = list(map(_FIRST, places))
+    return dict(zip(named, _unread(named, scores.tolist(), places), strict=True))
+
+
+def _unread(keys: list[str], scores: list[float], places: Sequence[Place]) -> list[Candidate]:
+    """The unread hits of these node places (``keys``: their node keys), built in C."""
     sources, splits = map(_SECOND, places), map(_THIRD, places)
-    fields = zip(named, scores.tolist(), sources, splits, [None] * len(named), strict=True)
-    return dict(zip(named, map(tuple.__new__, repeat(Scored), fields), strict=True))
+    fields = zip(keys, scores, sources, splits, [None] * len(keys), strict=True)
+    return list(map(tuple.__new__, repeat(Scored), fields))
 
 
 def _wanted(keys: Sequence[str], hits: Sequence[C]) -> dict[str, C]:
@@ -441,10 +446,8 @@ def _faiss_hits(
         if None not in places:  # every row a node's (the usual answer): built in C
             keys = list(map(_FIRST, cast("list[Place]", places)))
             if PROXY_MARK not in "\0".join(keys):  # no proxy's (is_proxy_key, one scan)
-                sources, splits = map(_SECOND, places), map(_THIRD, places)  # type: ignore[arg-type]
-                unproxied = [None] * len(keys)
-                fields = zip(keys, scores.tolist(), sources, splits, unproxied, strict=True)
-                return list(map(new, repeat(Scored), fields)), filled < depth
+                unread = _unread(keys, scores.tolist(), cast("list[Place]", places))
+                return unread, filled < depth
         hits: list[Candidate | None] = []
         own: list[tuple[int, int, float]] = []  # (place in ``hits``, row, score): read now
         for score, row, p in zip(scores.tolist(), rows_list, places, strict=True):
