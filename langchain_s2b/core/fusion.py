@@ -91,11 +91,33 @@ def fuse_arrays(
     (IEEE-754 doubles, one operation at a time) and the same order (a stable
     sort: ties keep the order of ``keys``).
     """
+    floor = min(lexical_z.values(), default=0.0)
+    lexical = np.fromiter(map(lexical_z.get, keys, repeat(floor)), np.float64, len(keys))
+    order, fused = _fused(dense_z, lexical, weight)
+    return [keys[i] for i in order], fused
+
+
+def fuse_at(
+    dense_z: np.ndarray, lexical_z: Sequence[float], at: Sequence[int], weight: float
+) -> tuple[list[int], list[float]]:
+    """:func:`fuse_arrays` of positions: the lexical z-scores given at positions ``at``.
+
+    ``lexical_z[i]`` belongs to position ``at[i]`` of ``dense_z`` (each position
+    at most once); any other position gets their lowest. The fused order (as
+    positions) and scores, the same floats and order as :func:`fuse_arrays`.
+    """
+    lexical = np.full(len(dense_z), min(lexical_z, default=0.0), dtype=np.float64)
+    lexical[list(at)] = lexical_z
+    return _fused(dense_z, lexical, weight)
+
+
+def _fused(
+    dense_z: np.ndarray, lexical: np.ndarray, weight: float
+) -> tuple[list[int], list[float]]:
+    """``dense_z + weight * lexical``, best first (a stable sort: ties keep their order)."""
     if weight < 0 or math.isnan(weight):
         msg = f"The lexical weight must be 0 or more; got {weight!r}."
         raise ValueError(msg)
-    floor = min(lexical_z.values(), default=0.0)
-    lexical = np.fromiter(map(lexical_z.get, keys, repeat(floor)), np.float64, len(keys))
     fused = dense_z + weight * lexical
     order = np.argsort(-fused, kind="stable").tolist()  # best first; ties in order
-    return [keys[i] for i in order], fused[order].tolist()
+    return order, fused[order].tolist()

@@ -16,13 +16,14 @@ import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from itertools import compress
+from itertools import compress, count
 from operator import attrgetter, itemgetter
+from typing import cast
 
 import numpy as np
 from langchain_core.documents import Document
 
-from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse_arrays, z_scores
+from langchain_s2b.core.fusion import LEXICAL_WEIGHT, TOP_N, fuse_at, z_scores
 from langchain_s2b.core.hits import (
     Candidate,
     Hit,
@@ -45,6 +46,7 @@ from langchain_s2b.core.requests import (
     Rerank,
     Search,
     SearchText,
+    TextHits,
     Vector,
     ask,
 )
@@ -122,7 +124,8 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     expanded (:func:`~langchain_s2b.core.proxy_spans.expand`), so a proxy
     covering many leaves does not weigh more in it than a leaf.
     """
-    found = yield from ask(Search(vector, query, depth, params.filter))
+    lexical_n = TOP_N if params.hybrid else 0
+    found = yield from ask(Search(vector, query, depth, params.filter, lexical_n))
     searched = dedupe_hits(found.hits)
     scores = list(map(_SCORE, searched))
     if found.tied is not None:  # the places of a group of equal scores the cut left out
@@ -140,8 +143,16 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
 
         bound = None if last is None or last <= 0 else scale.z(last)
         return Ranked(hits, dense_relevance, None, scale, found.exhausted, last, bound, query=query)
+    text = found.joined  # BM25's answer, when it came with the search
+    if text is not None and not marked and _whole(text):  # the usual answer: no proxy, none gone
+        union: list[Candidate] = [*hits, *cast("list[Candidate]", text.scored.values())]
+        place = dict(zip(map(_KEY, union), count()))
+        at = list(map(place.__getitem__, map(_KEY, text.hits)))
+        lexical_z = z_scores(list(map(_SECOND, text.hits)))
+        return _fused(query, found, scale, last, union, lexical_z, at)
     by_key = {hit.key: hit for hit in hits} if proxied else dict(zip(keys, hits, strict=True))
-    text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
+    if text is None:
+        text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
     lexical = text.hits
     proxies = {hit.key: hit for hit in searched if PROXY_MARK in hit.key} if marked else {}
     missing = []
@@ -164,12 +175,40 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         else:  # the usual answer: SearchText scored each one (None: gone, filtered out)
             got = list(map(done.__getitem__, missing))
         by_key.update(filter(_SECOND, zip(missing, got, strict=True)))  # BM25's order
-    keys = list(by_key)
-    dense = np.fromiter(map(_SCORE, by_key.values()), np.float64, len(keys))
-    kept = list(compress(lexical, map(by_key.__contains__, map(_KEY, lexical))))
-    kept_z = z_scores(list(map(_SECOND, kept)))
-    lexical_z = dict(zip(map(_KEY, kept), kept_z, strict=True))
-    ordered, fused = fuse_arrays(keys, scale.z_array(dense), lexical_z, LEXICAL_WEIGHT)
+    place = dict(zip(by_key, count()))
+    kept = list(compress(lexical, map(place.__contains__, map(_KEY, lexical))))
+    at = list(map(place.__getitem__, map(_KEY, kept)))
+    lexical_z = z_scores(list(map(_SECOND, kept)))
+    return _fused(query, found, scale, last, list(by_key.values()), lexical_z, at)
+
+
+def _whole(text: TextHits) -> bool:
+    """Whether BM25's list holds no proxy and each of its leaves outside the search is scored.
+
+    Then the leaves the search did not return are exactly :attr:`TextHits.scored`, in
+    BM25's order.
+    """
+    return PROXY_MARK not in "\0".join(map(_KEY, text.hits)) and None not in text.scored.values()
+
+
+def _fused(
+    query: str,
+    found: Found,
+    scale: Scale,
+    last: float | None,
+    union: list[Candidate],
+    lexical_z: list[float],
+    at: list[int],
+) -> Ranked:
+    """The hybrid ranking of ``union`` (the dense hits, then BM25's others, in its order).
+
+    ``lexical_z``: the z-scores of BM25's list, ``at``: where each of its
+    leaves sits in ``union`` (a leaf it did not rank gets its lowest).
+    """
+    dense = np.fromiter(map(_SCORE, union), np.float64, len(union))
+    order, fused = fuse_at(scale.z_array(dense), lexical_z, at, LEXICAL_WEIGHT)
+    hits = [union[i] for i in order]
+    ordered = list(map(_KEY, hits))
     fused_scale = scale_of(fused)
 
     def fused_relevance() -> dict[str, float]:
@@ -177,9 +216,8 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
 
     bound = None
     if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
-        floor = min(kept_z, default=0.0)
+        floor = min(lexical_z, default=0.0)
         bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
-    hits = list(map(by_key.__getitem__, ordered))
     by_fused = dict(zip(ordered, fused, strict=True))
     return Ranked(hits, fused_relevance, by_fused, scale, found.exhausted, last, bound, query=query)
 

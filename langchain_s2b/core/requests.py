@@ -36,6 +36,9 @@ class Found(NamedTuple):
     exhausted: bool
     tied: float | None = None
     """The score of a group of equal scores that the cut left out (``None``: none was)."""
+    joined: TextHits | None = None
+    """With :attr:`Search.lexical`, :class:`SearchText`'s answer for these hits (``known``:
+    their keys), given in the same request (``None``: the caller asks it)."""
 
 
 class Request(Generic[A]):
@@ -58,12 +61,19 @@ class EmbedQueries(Request[list[Vector]]):
 
 @dataclass(frozen=True)
 class Search(Request[Found]):
-    """The ``fetch`` nearest children of one query."""
+    """The ``fetch`` nearest children of one query.
+
+    With ``lexical`` (hybrid search), a child index that joins BM25's list to
+    the search on rows (``FaissIndex``, unfiltered, no proxy among the hits)
+    answers :class:`SearchText` for its ``lexical`` best in the same request
+    (:attr:`Found.joined`); any other answers the search alone.
+    """
 
     vector: Vector
     query: str
     fetch: int
     filter: Any
+    lexical: int = 0
 
 
 class TextHits(NamedTuple):

@@ -133,7 +133,9 @@ class Runner:
                 return index.embed_query(query)
             case EmbedQueries(queries):
                 return index.embed_queries(queries)
-            case Search(vector, query, fetch, flt):
+            case Search(vector, query, fetch, flt, lexical):
+                if lexical and isinstance(index, HybridChildIndex):
+                    return index.joined_search(vector, query, fetch, flt, lexical)
                 return index.search(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return index.search_many(vectors, queries, fetch, flt)
@@ -193,7 +195,9 @@ class Runner:
                 return await index.aembed_query(query)
             case EmbedQueries(queries):
                 return await index.aembed_queries(queries)
-            case Search(vector, query, fetch, flt):
+            case Search(vector, query, fetch, flt, lexical):
+                if lexical and isinstance(index, HybridChildIndex):
+                    return await index.ajoined_search(vector, query, fetch, flt, lexical)
                 return await index.asearch(vector, query, fetch, flt)
             case SearchMany(vectors, queries, fetch, flt):
                 return await index.asearch_many(vectors, queries, fetch, flt)

@@ -39,7 +39,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from langchain_core.documents import Document
@@ -47,9 +49,9 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
 from langchain_s2b.core.filters import check_filter, matches_filter
-from langchain_s2b.core.hits import Candidate
+from langchain_s2b.core.hits import Candidate, Hit
 from langchain_s2b.core.keys import PROXY_MARK, is_proxy_key
-from langchain_s2b.core.requests import TextHits, Vector
+from langchain_s2b.core.requests import Found, TextHits, Vector
 from langchain_s2b.core.stored import Entry
 from langchain_s2b.store.base import all_or_nothing, undone
 from langchain_s2b.store.children.child_index import ChildIndex
@@ -65,6 +67,8 @@ class _Shared:
     built: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+
+_KEY = attrgetter("key")
 
 _SHARED: weakref.WeakKeyDictionary[Any, _Shared] = weakref.WeakKeyDictionary()
 """The lexical index of each child store object other than ``FaissIndex``, in this process."""
@@ -212,6 +216,38 @@ class HybridChildIndex(DenseChildIndex):
                 shared.lexical.add(entries)
                 shared.built = True
 
+    def joined_search(self, vector: Vector, query: str, fetch: int, flt: Any, n: int) -> Found:
+        """:meth:`search`, with BM25's ``n`` best joined on rows where the index can.
+
+        See :class:`~langchain_s2b.core.requests.Search` (its ``lexical``):
+        ``FaissIndex``, unfiltered, answers :meth:`text_hits` for the hits
+        found (their keys ``known``) in the same request, unless a proxy is
+        among them (its covers are the caller's).
+        """
+        found = self.search(vector, query, fetch, flt)
+        if not self._joins(n, flt, vector) or _covering(found.hits):
+            return found
+        known = frozenset(map(_KEY, found.hits))
+        return found._replace(joined=self.text_hits(query, n, None, vector, known))
+
+    async def ajoined_search(
+        self, vector: Vector, query: str, fetch: int, flt: Any, n: int
+    ) -> Found:
+        """Async :meth:`joined_search` (a join runs in a worker thread)."""
+        if self._joins(n, flt, vector):
+            return await run_in_executor(None, self.joined_search, vector, query, fetch, flt, n)
+        return await self.asearch(vector, query, fetch, flt)
+
+    def _joins(self, lexical: int, flt: Any, vector: Vector) -> bool:
+        """Whether :meth:`search` joins BM25's list to the search on rows."""
+        return (
+            lexical > 0
+            and flt is None
+            and vector is not None
+            and self.faiss is not None
+            and self.backend is None
+        )
+
     def search_text(self, query: str, n: int, flt: Any) -> list[tuple[str, float]]:
         """The ``n`` best leaves by BM25 among those that pass ``flt``."""
         if self.backend is not None:
@@ -319,6 +355,13 @@ def _new_shared(vectorstore: VectorStore) -> _Shared:
         lexical = PgLexical(vectorstore)
         return _Shared(lexical, built=len(lexical) > 0)
     return _Shared(LexicalIndex())
+
+
+def _covering(hits: Sequence[Candidate]) -> bool:
+    """Whether a proxy's own hit is among ``hits`` (the caller searches BM25 for its covers)."""
+    return Hit in set(map(type, hits)) and any(
+        isinstance(hit, Hit) and hit.covers is not None for hit in hits
+    )
 
 
 def _unscored(found: list[tuple[str, float]], known: frozenset[str]) -> list[str]:
