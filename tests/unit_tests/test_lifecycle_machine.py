@@ -83,7 +83,9 @@ from langchain_core.documents import Document
 from langchain_core.stores import BaseStore, InMemoryByteStore, InMemoryStore
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
+from langchain_s2b.core.fusion import TOP_N
 from langchain_s2b.core.headers import embedded_text
+from langchain_s2b.core.hits import Hit
 from langchain_s2b.core.ingest import leaf_keys, node_keys, nodes_key, proxy_keys
 from langchain_s2b.core.keys import is_manifest_key, is_proxy_key, node_key
 from langchain_s2b.core.splitters import section_splitter, size_splitter
@@ -624,6 +626,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 )
                 assert {key for key, _ in by_row} == found, word  # keys from the row column
                 self._bm25_leaves_scored_at_their_rows(index, word, len(stored) + len(proxies) + 1)
+                self._joined_search_is_two_requests(index, word, 3)
             if built.documents:
                 assert {k: v for k, v in built.items() if k not in proxies} == stored
         for sid, manifest in manifests.items():
@@ -641,6 +644,20 @@ class LifecycleMachine(RuleBasedStateMachine):
         leaves = [key for key, _ in listed if not is_proxy_key(key)]
         by_key = hybrid.leaf_hits(leaves, None, vector)  # each key looked up again
         assert got.scored == {key: by_key[key] for key in leaves}, word
+
+    @staticmethod
+    def _joined_search_is_two_requests(index: FaissIndex, word: str, fetch: int) -> None:
+        """The dense search with BM25 joined on rows (issue 34) answers as ``Search`` then
+        ``SearchText`` with the hits' keys as ``known``; a proxy's hit among them: not joined."""
+        hybrid = HybridChildIndex(index)
+        vector = hybrid.embed_query(word)
+        found = hybrid.joined_search(vector, word, fetch, None, TOP_N)
+        assert found._replace(joined=None) == hybrid.search(vector, word, fetch, None), word
+        if any(isinstance(hit, Hit) and hit.covers is not None for hit in found.hits):
+            assert found.joined is None, word
+        else:
+            known = frozenset(hit.key for hit in found.hits)
+            assert found.joined == hybrid.text_hits(word, TOP_N, None, vector, known), word
 
     def _proxies_point_at_their_leaves(self, manifest: Document, text: str) -> None:
         """Each proxy row: its source's generation, a node's span, the leaves that span meets."""
