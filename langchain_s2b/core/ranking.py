@@ -149,7 +149,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         place = dict(zip(map(_KEY, union), count()))
         at = list(map(place.__getitem__, map(_KEY, text.hits)))
         lexical_z = z_scores(list(map(_SECOND, text.hits)))
-        return _fused(query, found, scale, last, union, lexical_z, at)
+        return _fused_ranking(query, found, scale, last, union, lexical_z, at)
     by_key = {hit.key: hit for hit in hits} if proxied else dict(zip(keys, hits, strict=True))
     if text is None:
         text = yield from ask(SearchText(query, TOP_N, params.filter, vector, frozenset(by_key)))
@@ -179,7 +179,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
     kept = list(compress(lexical, map(place.__contains__, map(_KEY, lexical))))
     at = list(map(place.__getitem__, map(_KEY, kept)))
     lexical_z = z_scores(list(map(_SECOND, kept)))
-    return _fused(query, found, scale, last, list(by_key.values()), lexical_z, at)
+    return _fused_ranking(query, found, scale, last, list(by_key.values()), lexical_z, at)
 
 
 def _whole(text: TextHits) -> bool:
@@ -191,7 +191,7 @@ def _whole(text: TextHits) -> bool:
     return PROXY_MARK not in "\0".join(map(_KEY, text.hits)) and None not in text.scored.values()
 
 
-def _fused(
+def _fused_ranking(
     query: str,
     found: Found,
     scale: Scale,

@@ -69,6 +69,7 @@ class _Shared:
 
 
 _KEY = attrgetter("key")
+"""A hit's key."""
 
 _SHARED: weakref.WeakKeyDictionary[Any, _Shared] = weakref.WeakKeyDictionary()
 """The lexical index of each child store object other than ``FaissIndex``, in this process."""
@@ -239,7 +240,7 @@ class HybridChildIndex(DenseChildIndex):
         return await self.asearch(vector, query, fetch, flt)
 
     def _joins(self, lexical: int, flt: Any, vector: Vector) -> bool:
-        """Whether :meth:`search` joins BM25's list to the search on rows."""
+        """Whether :meth:`joined_search` joins BM25's list to the search on rows."""
         return (
             lexical > 0
             and flt is None
