@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.documents import Document
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
 from langchain_s2b.core.fusion import TOP_N
@@ -30,30 +29,15 @@ from langchain_s2b.store.children import HybridChildIndex
 from langchain_s2b.store.runner import drive
 
 from ._embeddings import BagOfWords
-
-WORDS = ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "peach", "olive", "quince"]
-
-
-def _sources(n: int) -> list[Document]:
-    """``n`` sources of 6 sentences naming fruits (many equal scores under both searches)."""
-    return [
-        Document(
-            page_content=" ".join(
-                f"{WORDS[(i + j) % 10].title()} {WORDS[(i * 3 + j) % 10]} {WORDS[j % 7]} part {j}."
-                for j in range(6)
-            ),
-            metadata={"topic": "b" if i % 3 == 0 else "a"},
-            id=f"s{i:02d}",
-        )
-        for i in range(n)
-    ]
+from .test_text_hits import WORDS
+from .test_text_hits import _sources as _fruit_sources
 
 
 def _retriever(factory: str, gone: list[int], proxied: bool = False) -> SmallToBigRetriever:
     retriever = SmallToBigRetriever(
         vectorstore=FaissIndex(BagOfWords(), index_factory=factory), mode="window", hybrid=True
     )
-    docs = _sources(12)  # 72 sentences
+    docs = _fruit_sources(12)  # 72 sentences, many equal scores under both searches
     proxies = [[Proxy("quince olive summary", 0, 40)] if proxied else [] for _ in docs]
     retriever.add_documents(docs, proxies=proxies)
     retriever.delete([f"s{i:02d}" for i in gone])
