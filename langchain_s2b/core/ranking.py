@@ -15,7 +15,7 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cache, cached_property, partial
 from itertools import compress, count
 from operator import attrgetter, itemgetter
 from typing import cast
@@ -70,8 +70,9 @@ class Ranked:
     """Whether the search returned every child that passes the filter."""
     last: float | None
     """The best dense score a child left out of the search may have (``None``: exhausted)."""
-    bound: float | None = None
-    """The best relevance a child the search did not return may have (``None``: none)."""
+    bound_of: float | Callable[[], float | None] | None = None
+    """:attr:`bound`, or how to make it when first read (under hybrid search it needs the
+    fused scores' scale; a mode with ``k`` results and no budget never reads it)."""
     reranked: dict[str, float] | None = None
     """With a reranker, each hit's ``rerank_score`` (the hits are those it kept, its order)."""
     query: str = ""
@@ -85,6 +86,12 @@ class Ranked:
         score) on the scale of the query's first rank scores.
         """
         made = self.relevance_of
+        return made() if callable(made) else made
+
+    @cached_property
+    def bound(self) -> float | None:
+        """The best relevance a child the search did not return may have (``None``: none)."""
+        made = self.bound_of
         return made() if callable(made) else made
 
 
@@ -209,15 +216,18 @@ def _fused_ranking(
     order, fused = fuse_at(scale.z_array(dense), lexical_z, at, LEXICAL_WEIGHT)
     hits = [union[i] for i in order]
     ordered = list(map(_KEY, hits))
-    fused_scale = scale_of(fused)
+    fused_scale = cache(partial(scale_of, fused))  # read by the relevance and the bound only
 
     def fused_relevance() -> dict[str, float]:
-        return dict(zip(ordered, fused_scale.z_array(np.array(fused)).tolist(), strict=True))
+        zs = fused_scale().z_array(np.array(fused)).tolist()
+        return dict(zip(ordered, zs, strict=True))
 
-    bound = None
-    if last is not None and last > 0:  # BM25's list holds every leaf it ranks: its lowest z
-        floor = min(lexical_z, default=0.0)
-        bound = fused_scale.z(scale.z(last) + LEXICAL_WEIGHT * floor)
+    def bound() -> float | None:
+        if last is None or last <= 0:
+            return None
+        floor = min(lexical_z, default=0.0)  # BM25's list holds every leaf it ranks: its lowest z
+        return fused_scale().z(scale.z(last) + LEXICAL_WEIGHT * floor)
+
     by_fused = dict(zip(ordered, fused, strict=True))
     return Ranked(hits, fused_relevance, by_fused, scale, found.exhausted, last, bound, query=query)
 
@@ -302,7 +312,7 @@ def floored(ranking: Ranked, floor: float) -> Ranked:
         fused=None if fused is None else {key: s for key, s in fused.items() if key in kept},
         exhausted=ranking.exhausted or done,
         last=None if done else ranking.last,
-        bound=None if done else ranking.bound,
+        bound_of=None if done else ranking.bound,
     )
 
 
