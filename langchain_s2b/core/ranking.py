@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, cached_property, partial
 from itertools import compress, count
@@ -152,7 +152,7 @@ def _searched(query: str, vector: Vector, params: QueryParams, depth: int) -> Op
         return Ranked(hits, dense_relevance, None, scale, found.exhausted, last, bound, query=query)
     text = found.joined  # BM25's answer, when it came with the search
     if text is not None and not marked and _whole(text):  # the usual answer: no proxy, none gone
-        union: list[Candidate] = [*hits, *cast("list[Candidate]", text.scored.values())]
+        union: list[Candidate] = [*hits, *cast("Iterable[Candidate]", text.scored.values())]
         place = dict(zip(map(_KEY, union), count()))
         at = list(map(place.__getitem__, map(_KEY, text.hits)))
         lexical_z = z_scores(list(map(_SECOND, text.hits)))
