@@ -10,8 +10,9 @@
 The timings of :mod:`query_cost` move with the machine's load by more than a change of a few
 per cent of a query's own work (on this project's VMs: 0.1-0.4x of the ratio between two runs of
 the same code). This counts instructions instead, under valgrind's callgrind (``apt install
-valgrind``), which runs the same code the same way every time (hash seed fixed): two runs of each
-of two checkouts agreed within 0.2% on the own work and 1% on the floors. Each checkout runs in
+valgrind``), which runs the same code the same way every time (hash seed fixed): runs of the
+same checkout agreed within 0.2% on the hybrid path's own work, 0.6% on the dense path's (a
+smaller number), and 1% on the floors. Each checkout runs in
 a process of its own (its package; this script's corpus and floor), under callgrind with
 instrumentation off while the corpus is built; the parent turns it on (``callgrind_control``)
 around four loops over the same queries, one count each:
