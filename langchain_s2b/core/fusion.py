@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from itertools import repeat
-from operator import sub, truediv
 from typing import TypeVar
 
 import numpy as np
+
+from langchain_s2b.core.relevance import scale_of
 
 K = TypeVar("K", bound=Hashable)
 
@@ -28,14 +29,12 @@ TOP_N = 100
 
 
 def z_scores(scores: Sequence[float]) -> list[float]:
-    """Standardised scores (population std); all equal (or one) -> zeros."""
-    if not scores:
-        return []
-    if max(scores) == min(scores):  # not std == 0: a float mean of equal values may miss them
-        return [0.0] * len(scores)
-    mean = sum(scores) / len(scores)
-    std = math.sqrt(sum(map(pow, map(sub, scores, repeat(mean)), repeat(2))) / len(scores))
-    return list(map(truediv, map(sub, scores, repeat(mean)), repeat(std)))  # each (s - mean) / std
+    """Standardised scores (population std); all equal (or one) -> zeros.
+
+    On the scale of all of them (:func:`~langchain_s2b.core.relevance.scale_of`,
+    the one home of the mean and spread).
+    """
+    return scale_of(scores, len(scores)).zs(scores)
 
 
 def z_fuse(
