@@ -5,7 +5,8 @@
 on and yields those of one kind as one request: every :class:`EmbedQuery` as
 one :class:`EmbedQueries`, every :class:`Search` of one size and filter as one
 :class:`SearchMany` (one FAISS matrix search), every :class:`Fetch` (and every
-:class:`ReadLeaves`) as one ``mget`` of the union of their keys. Each query
+:class:`ReadLeaves`) as one ``mget`` of the union of their keys, every
+:class:`ReadSpans` as one read of all their runs. Each query
 then resumes with its own answer, so its results are the ones ``invoke``
 returns.
 """
@@ -13,6 +14,7 @@ returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate, pairwise
 from typing import Any
 
 from langchain_s2b.core.requests import (
@@ -22,6 +24,7 @@ from langchain_s2b.core.requests import (
     Op,
     ReadHits,
     ReadLeaves,
+    ReadSpans,
     Request,
     Search,
     SearchMany,
@@ -43,6 +46,8 @@ def _kind(request: Request[Any], position: int) -> tuple[Any, ...]:
         return ("fetch",)
     if isinstance(request, ReadLeaves):
         return ("fetch", "leaves")
+    if isinstance(request, ReadSpans):
+        return ("fetch", "spans")
     if isinstance(request, ReadHits):
         return ("read",)
     return ("one", position)
@@ -77,6 +82,14 @@ def combine(requests: list[Request[Any]]) -> tuple[Request[Any], Split]:
             return [[found[k] for k in r.keys] for r in leaf_reads]
 
         return ReadLeaves(leaf_keys, whole), split_leaves
+    if isinstance(first, ReadSpans):
+        span_reads = [r for r in requests if isinstance(r, ReadSpans)]
+
+        def split_spans(values: Any) -> list[Any]:
+            starts = [0, *accumulate(len(r.spans) for r in span_reads)]
+            return [values[a:b] for a, b in pairwise(starts)]
+
+        return ReadSpans([s for r in span_reads for s in r.spans]), split_spans
     if isinstance(first, ReadHits):
         reads = [r for r in requests if isinstance(r, ReadHits)]
         wanted = list(dict.fromkeys(k for r in reads for k in r.keys))

@@ -31,6 +31,23 @@ class WholeLeaf(NamedTuple):
     metadata: dict[str, Any]
 
 
+class SpanText(NamedTuple):
+    """Leaves ``lo..hi`` of one level read as one unbroken slice of their source.
+
+    How a node store that keeps nodes as spans answers
+    :class:`~langchain_s2b.core.requests.ReadSpans` when the leaves'
+    spans, in split order, start in order, are none empty, and leave no gap:
+    their merge (:func:`merge_chunks`) is then the source's slice
+    ``[start, end)``, read once, with no chunk built. ``metadata``: the first
+    leaf's stored metadata (a window's own).
+    """
+
+    text: str
+    start: int
+    end: int
+    metadata: dict[str, Any]
+
+
 class Merged(NamedTuple):
     """Chunks merged by offsets; ``gaps`` are char ranges no chunk covered."""
 

@@ -15,7 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Candidate, Hit
-from langchain_s2b.core.merge import Chunk, WholeLeaf
+from langchain_s2b.core.merge import Chunk, SpanText, WholeLeaf
 from langchain_s2b.core.propose import ProxyPiece
 from langchain_s2b.core.situate import Piece
 
@@ -201,6 +201,22 @@ class ReadLeaves(Request[list[LeafRead | None]]):
 
     keys: list[str]
     whole: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ReadSpans(Request[list[SpanText | None]]):
+    """Runs of leaves, each ``(key prefix, lo, hi)``: leaves ``lo..hi`` under one prefix.
+
+    A store that keeps nodes as spans
+    (:class:`~langchain_s2b.store.nodes.node_store.NodeStore`) answers a run
+    whose leaves are all held as slices of their source, with no gap between
+    them, as one :class:`~langchain_s2b.core.merge.SpanText`: what
+    :class:`ReadLeaves` of its keys, merged, gives, read as one slice (issue
+    34: a window is one read, not one per leaf). Any other run, and every run
+    of any other store, is ``None``: read it by :class:`ReadLeaves`.
+    """
+
+    spans: list[tuple[str, int, int]]
 
 
 @dataclass(frozen=True)

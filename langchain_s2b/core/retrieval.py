@@ -23,6 +23,7 @@ from langchain_core.documents import Document
 from langchain_s2b.core import multilevel, pack
 from langchain_s2b.core.ceiling import RING, Bounds, Leaves, cut_document
 from langchain_s2b.core.hits import Candidate, Group, MissingNodeError, Placed, all_read
+from langchain_s2b.core.merge import SpanText
 from langchain_s2b.core.params import QueryParams
 from langchain_s2b.core.parent import assemble_parent, plan_parents
 from langchain_s2b.core.place import (
@@ -57,12 +58,20 @@ from langchain_s2b.core.requests import (
     LeafRead,
     Op,
     ReadLeaves,
+    ReadSpans,
     Vector,
     ask,
     leaf_metadata,
     read_documents,
 )
-from langchain_s2b.core.window import assemble_windows, first_present, place_windows, plan_windows
+from langchain_s2b.core.window import (
+    assemble_windows,
+    first_present,
+    place_windows,
+    plan_windows,
+    span_window,
+    window_span,
+)
 
 logger = logging.getLogger("langchain_s2b")
 Fetched = Mapping[str, LeafRead | None]
@@ -151,13 +160,17 @@ def shaped(
         chosen = choose(groups, ranking, params)
         if mode == "window" and not fits_any(chosen, params.max_tokens, params):
             return []  # not one hit fits the ceiling: nothing to fetch (parent mode cuts finer)
-        keys = list(dict.fromkeys(key for group in chosen for key in group.keys))
+        spans: list[SpanText | None] = [None] * len(chosen)
+        if mode == "window" and params.max_tokens is None and chosen:  # no ceiling: no leaf
+            spans = yield from ask(ReadSpans([window_span(group) for group in chosen]))
+        rest = [group for group, span in zip(chosen, spans, strict=True) if span is None]
+        keys = list(dict.fromkeys(key for group in rest for key in group.keys))
         fetched: Fetched = {}
         if keys and mode == "window":
-            fetched = yield from _read_windows(keys, chosen)
+            fetched = yield from _read_windows(keys, rest)
         elif keys:
             fetched = dict(zip(keys, (yield from ask(Fetch(keys))), strict=True))
-        built = _build_all(chosen, fetched, build, on_missing)
+        built = _build_all(chosen, fetched, build, on_missing, spans)
         for _, docs in built:
             for doc in docs:
                 doc.metadata["tokens"] = params.token_counter(doc.page_content)
@@ -200,11 +213,19 @@ def _build_all(
     fetched: Fetched,
     build: Callable[[Group, Fetched], list[Document]],
     on_missing: str,
+    spans: Sequence[SpanText | None],
 ) -> list[tuple[Group, list[Document]]]:
-    """Every chosen result built whole; the missing-node policy applied."""
+    """Every chosen result built whole; the missing-node policy applied.
+
+    A window read as one slice (``spans``) is built from it; the others from
+    ``fetched``.
+    """
     out = []
     skipped = 0
-    for group in groups:
+    for group, span in zip(groups, spans, strict=True):
+        if span is not None:
+            out.append((group, [span_window(group, span)]))
+            continue
         try:
             out.append((group, build(group, fetched)))
         except MissingNodeError:

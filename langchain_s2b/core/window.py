@@ -18,7 +18,7 @@ from langchain_s2b.core.hits import (
     result_metadata,
 )
 from langchain_s2b.core.keys import level_prefix
-from langchain_s2b.core.merge import Chunk, WholeLeaf, leaf_chunk, merge_chunks
+from langchain_s2b.core.merge import Chunk, Merged, SpanText, WholeLeaf, leaf_chunk, merge_chunks
 from langchain_s2b.core.requests import LeafRead, leaf_metadata
 
 _SOURCE = attrgetter("source_key")
@@ -181,7 +181,7 @@ def assemble_windows(group: Group, fetched: Mapping[str, LeafRead | None]) -> li
     present = [doc for doc in docs if doc is not None]
     if len(present) == len(docs):  # the usual case: one run, every hit in it
         run = [_chunk(doc, split) for split, doc in enumerate(present, start=lo)]
-        return [_window_document(group, group.hits, run, leaf_metadata(present[0]), [])]
+        return [_from_run(group, group.hits, run, leaf_metadata(present[0]), [])]
     matched = {hit.split_id for hit in group.hits}
     runs: list[list[Chunk]] = [[]]
     missing: list[int] = []
@@ -206,7 +206,7 @@ def assemble_windows(group: Group, fetched: Mapping[str, LeafRead | None]) -> li
         splits = {c.split_id for c in run}
         hits = [h for h in group.hits if h.split_id in splits]
         if hits:
-            out.append(_window_document(group, hits, run, base or {}, missing))
+            out.append(_from_run(group, hits, run, base or {}, missing))
     return out
 
 
@@ -222,15 +222,43 @@ def _chunk(doc: LeafRead, split: int) -> Chunk:
     return Chunk(int(meta["start"]), int(meta["end"]), doc.page_content, split)
 
 
-def _window_document(
+def window_span(group: Group) -> tuple[str, int, int]:
+    """A window's leaves as one run (:class:`~langchain_s2b.core.requests.ReadSpans`)."""
+    return level_prefix(group.source_key, group.level), group.extra["lo"], group.extra["hi"]
+
+
+def span_window(group: Group, span: SpanText) -> Document:
+    """The window of a run read as one slice: :func:`assemble_windows` of its leaves.
+
+    Every leaf is present (so every hit is in the one run) and their merge is
+    the slice itself, with no gap.
+    """
+    splits = list(range(group.extra["lo"], group.extra["hi"] + 1))
+    merged = Merged(span.text, span.start, span.end)
+    return _window_document(group, group.hits, merged, splits, span.metadata, [])
+
+
+def _from_run(
     group: Group, hits: list[Hit], run: list[Chunk], base: Mapping[str, Any], missing: list[int]
 ) -> Document:
+    """One run of a window's leaves, merged, as a result document."""
+    splits = [c.split_id for c in run]
+    return _window_document(group, hits, merge_chunks(run), splits, base, missing)
+
+
+def _window_document(
+    group: Group,
+    hits: list[Hit],
+    merged: Merged,
+    splits: list[int],
+    base: Mapping[str, Any],
+    missing: list[int],
+) -> Document:
     """One run of a window as a result document."""
-    merged = merge_chunks(run)
     part = Group(group.source_key, group.source_id, [], hits, group.level, merged.start, merged.end)
     meta = result_metadata(part, "window", base)
     meta["level"] = "window"
-    meta["split_ids"] = [c.split_id for c in run]
+    meta["split_ids"] = splits
     meta["missing_split_ids"] = missing
     meta["gaps"] = list(merged.gaps)
     return Document(page_content=merged.text, metadata=meta)

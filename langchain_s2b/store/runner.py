@@ -35,6 +35,7 @@ from langchain_s2b.core.requests import (
     Put,
     ReadHits,
     ReadLeaves,
+    ReadSpans,
     RebuildLexical,
     Remove,
     RemoveLeaves,
@@ -155,6 +156,10 @@ class Runner:
                 if isinstance(store, NodeStore):
                     return store.read_leaves(keys, whole)
                 return store.mget(keys)
+            case ReadSpans(spans):
+                if isinstance(store, NodeStore):
+                    return store.read_spans(spans)
+                return [None] * len(spans)
             case Put(pairs):
                 return store.mset(pairs)
             case Remove(keys):
@@ -217,6 +222,10 @@ class Runner:
                 if isinstance(store, NodeStore):
                     return await run_in_executor(None, store.read_leaves, keys, whole)
                 return await store.amget(keys)
+            case ReadSpans(spans):
+                if isinstance(store, NodeStore):
+                    return await run_in_executor(None, store.read_spans, spans)
+                return [None] * len(spans)
             case Put(pairs):
                 return await store.amset(pairs)
             case Remove(keys):

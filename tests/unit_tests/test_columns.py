@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from langchain_s2b import FaissIndex, SmallToBigRetriever
-from langchain_s2b.core.merge import Chunk, WholeLeaf, chunk_of
+from langchain_s2b.core.merge import Chunk, WholeLeaf, chunk_of, merge_chunks
 from langchain_s2b.store.base.columns import Shapes
 from langchain_s2b.store.nodes import node_keys
 from langchain_s2b.store.nodes.levels import byte_offsets
@@ -256,6 +256,34 @@ def node_batches(draw: st.DrawFn) -> list[tuple[str, Document]]:
     return pairs
 
 
+def _runs_read_as_slices(store: NodeStore, model: dict[str, Document]) -> None:
+    """Any run ``read_spans`` answers (issue 34) is its leaves' merge: the slice of their
+    source's text, every leaf the node its key names, none empty, no gap; with the first
+    leaf's metadata. Worked out from the stored documents alone."""
+    texts = {k.partition("/")[0]: d.page_content for k, d in model.items() if "/doc/0" in k}
+    prefixes = ["s/sentence/", "t.g2/sentence/", "s/doc/", "s/sentence", "x/sentence/", "/"]
+    runs = [(p, lo, hi) for p in prefixes for lo in range(-1, 7) for hi in range(lo - 1, 7)]
+    for (prefix, lo, hi), span in zip(runs, store.read_spans(runs), strict=True):
+        if span is None:
+            continue
+        source, level = prefix[:-1].split("/")
+        docs = [model.get(f"{prefix}{i}") for i in range(lo, hi + 1)]
+        assert 0 <= lo <= hi, (prefix, lo, hi)
+        assert all(doc is not None for doc in docs), (prefix, lo, hi)
+        chunks = []
+        for i, doc in enumerate(docs, start=lo):
+            assert doc is not None
+            meta = doc.metadata
+            assert (meta.get("source_key"), meta["level"], meta["split_id"]) == (source, level, i)
+            chunks.append(chunk_of(doc))
+        assert all(c.end > c.start for c in chunks), (prefix, lo, hi)
+        merged = merge_chunks(chunks)
+        assert merged.gaps == ()
+        assert merged.text == texts[source][merged.start : merged.end]
+        assert span == (merged.text, merged.start, merged.end, docs[0].metadata)  # type: ignore[union-attr]
+        assert list(span.metadata) == list(docs[0].metadata)  # type: ignore[union-attr]
+
+
 class TestNodeStore:
     @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(batches=st.lists(node_batches(), min_size=1, max_size=4), data=st.data())
@@ -311,6 +339,7 @@ class TestNodeStore:
                 read = read.chunk
             assert read == chunk_of(doc) == (*chunk_of(doc)[:3], split), key
             assert doc.metadata["source_key"] == key.partition("/")[0], key
+        _runs_read_as_slices(store, model)
 
     def test_a_node_of_its_keys_source_is_read_as_its_chunk(self) -> None:
         store = NodeStore()

@@ -64,6 +64,7 @@ import tempfile
 import warnings
 import zlib
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -631,6 +632,39 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert {k: v for k, v in built.items() if k not in proxies} == stored
         for sid, manifest in manifests.items():
             self._proxies_point_at_their_leaves(manifest, self.model[sid][0])
+            if isinstance(r.docstore, NodeStore):
+                self._leaf_runs_read_as_slices(r.docstore, manifest, self.model[sid][0])
+
+    @staticmethod
+    def _leaf_runs_read_as_slices(store: NodeStore, manifest: Document, text: str) -> None:
+        """``ReadSpans`` (issue 34): every run of a source's leaves (a window's up to three,
+        and all of them) is its text's slice from the first start to the furthest end, with
+        the first leaf's metadata, when their spans are none empty, start in order and leave
+        no gap (worked out from the text and each leaf's offsets); else ``None``."""
+        meta = manifest.metadata
+        level = meta["levels"][0]
+        prefix = f"{nodes_key(manifest)}/{level}/"
+        count = int(meta["counts"][level])
+        leaves = store.mget([f"{prefix}{i}" for i in range(count)])
+        runs = [(lo, hi) for lo in range(count) for hi in range(lo, min(lo + 3, count))]
+        runs.append((0, count - 1))
+        got = store.read_spans([(prefix, lo, hi) for lo, hi in runs])
+        for (lo, hi), span in zip(runs, got, strict=True):
+            docs = leaves[lo : hi + 1]
+            assert all(doc is not None for doc in docs), (prefix, lo, hi)
+            bounds = [(d.metadata["start"], d.metadata["end"]) for d in docs if d is not None]
+            reach, whole = bounds[0][1], all(a < b for a, b in bounds)
+            for (a0, _), (a, b) in pairwise(bounds):
+                whole = whole and a0 <= a <= reach
+                reach = max(reach, b)
+            if not whole:
+                assert span is None, (prefix, lo, hi)
+                continue
+            first = docs[0]
+            assert first is not None
+            start = bounds[0][0]
+            assert span == (text[start:reach], start, reach, first.metadata), (prefix, lo, hi)
+            assert list(span.metadata) == list(first.metadata)
 
     @staticmethod
     def _bm25_leaves_scored_at_their_rows(index: FaissIndex, word: str, n: int) -> None:

@@ -38,12 +38,25 @@ class KeyReader:
         head, _, digits = key.rpartition("/")
         if not (digits.isascii() and digits.isdigit()) or (digits[0] == "0" and digits != "0"):
             return None
-        heads = self._heads
-        pair = heads.get(head)
-        if pair is None:
-            match = _HEAD.match(head)
-            pair = _NO_NODE if match is None else (match[1], match[2])
-            if len(heads) >= HEADS_KEPT:
-                heads.clear()
-            heads[head] = pair
+        pair = self._heads.get(head) or self._parse(head)
         return None if pair is _NO_NODE else (pair, int(digits))
+
+    def level_of(self, prefix: str) -> tuple[str, str] | None:
+        """``(source key, level name)`` of a prefix ``<source_key>/<level>/``, else ``None``.
+
+        The pair every key ``prefix + split id`` parses to.
+        """
+        head = prefix[:-1]
+        if prefix[-1:] != "/":
+            return None
+        pair = self._heads.get(head) or self._parse(head)
+        return None if pair is _NO_NODE else pair
+
+    def _parse(self, head: str) -> tuple[str, str]:
+        heads = self._heads
+        match = _HEAD.match(head)
+        pair = _NO_NODE if match is None else (match[1], match[2])
+        if len(heads) >= HEADS_KEPT:
+            heads.clear()
+        heads[head] = pair
+        return pair

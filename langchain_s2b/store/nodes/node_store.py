@@ -31,7 +31,7 @@ from langchain_core.documents import Document
 from langchain_core.stores import BaseStore
 
 from langchain_s2b.core.keys import is_manifest_key
-from langchain_s2b.core.merge import Chunk, WholeLeaf
+from langchain_s2b.core.merge import Chunk, SpanText, WholeLeaf
 from langchain_s2b.core.tree import DOC_LEVEL
 from langchain_s2b.store.base import (
     Column,
@@ -210,6 +210,50 @@ class NodeStore(BaseStore[str, Document]):
                 out.append(chunk)
         return out
 
+    def read_spans(self, spans: Sequence[tuple[str, int, int]]) -> list[SpanText | None]:
+        """Each run ``(key prefix, lo, hi)`` as one slice of its source, when it is one.
+
+        A run is answered when every one of its keys is held in the columns
+        (none kept as given), as the node key its metadata names, with its
+        start and end its own numbers and its text the slice of its source,
+        and when the spans, in split order, are none empty, start in order and
+        leave no gap: what :meth:`read_leaves` of its keys gives, merged, is
+        then the source's slice from the first start to the furthest end.
+        Anything else is ``None`` (read it by :meth:`read_leaves`).
+        """
+        return [self._span(prefix, lo, hi) for prefix, lo, hi in spans]
+
+    def _span(self, prefix: str, lo: int, hi: int) -> SpanText | None:
+        pair = self._key.level_of(prefix) if 0 <= lo <= hi else None
+        level = None if pair is None else self._levels.get(pair)
+        if pair is None or level is None or hi >= level.shape.size:
+            return None
+        stop = hi + 1
+        shapes = level.shape.data[lo:stop].tolist()
+        if ABSENT in shapes:
+            return None
+        place = self.shapes.spanned_place
+        for shape in set(shapes):
+            named = place(shape)
+            if named is None or named[0] != prefix:  # not the node key its metadata names
+                return None
+        own = level.own  # (a key held in the columns is never also kept as given)
+        if own and any(i in own for i in range(lo, stop)):
+            return None
+        starts, ends = level.start.data[lo:stop].tolist(), level.end.data[lo:stop].tolist()
+        if not all(map(int.__lt__, starts, ends)):  # an empty span (the merge skips it)
+            return None
+        furthest, reach = lo, ends[0]
+        for i in range(1, stop - lo):
+            if not starts[i - 1] <= starts[i] <= reach:  # out of order, or a gap
+                return None
+            if ends[i] > reach:
+                furthest, reach = lo + i, ends[i]
+        data = self._texts[pair[0]]
+        text = decode(data[level.bstart.data.item(lo) : level.bend.data.item(furthest)])
+        meta = self.shapes.decode(shapes[0], lo, starts[0], ends[0])
+        return SpanText(text, starts[0], reach, meta)
+
     def _get(self, key: str) -> Document | None:
         found = self._other.get(key)
         if found is not None:
@@ -334,6 +378,9 @@ class NodeStore(BaseStore[str, Document]):
             msg = f"line {number} of {OTHER_FILE}: expected a JSON string key, a tab and a document"
             raise ValueError(msg)
         meta = check_document(raw, key)["metadata"]  # a Document is made when asked for
+        if self._locate(key) is not None:  # one home per key (read_spans relies on it)
+            msg = f"line {number} of {OTHER_FILE}: {key!r} is also a node in the columns"
+            raise ValueError(msg)
         self._other[key] = raw
         counts = meta.get("counts") if is_manifest_key(key) else None
         if not isinstance(counts, dict):
