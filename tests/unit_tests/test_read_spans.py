@@ -231,7 +231,7 @@ class TestNodeStoreRuns:
         other = tmp_path / "nodes.other.jsonl"
         line = '"s/sentence/1"\t{"v":1,"id":"s/sentence/1","page_content":"x","metadata":{}}\n'
         other.write_text(other.read_text() + line)
-        with pytest.raises(ValueError, match="'s/sentence/1' is also a node in the columns"):
+        with pytest.raises(ValueError, match="'s/sentence/1', kept as given, is also a node in"):
             NodeStore.read(tmp_path)
 
 

@@ -14,7 +14,7 @@ from langchain_s2b.store.base import lazy_face
 
 if TYPE_CHECKING:
     from langchain_s2b.store.nodes.codec import DocumentCodecStore, decode_document, encode_document
-    from langchain_s2b.store.nodes.node_store import FILES as NODE_FILES
+    from langchain_s2b.store.nodes.node_files import FILES as NODE_FILES
     from langchain_s2b.store.nodes.node_store import NodeStore, copy_into
     from langchain_s2b.store.nodes.situator import (
         ContextFailedError,
@@ -40,7 +40,7 @@ _HOMES = {
     "DocumentCodecStore": "langchain_s2b.store.nodes.codec",
     "decode_document": "langchain_s2b.store.nodes.codec",
     "encode_document": "langchain_s2b.store.nodes.codec",
-    "NODE_FILES": "langchain_s2b.store.nodes.node_store",
+    "NODE_FILES": "langchain_s2b.store.nodes.node_files",
     "NodeStore": "langchain_s2b.store.nodes.node_store",
     "copy_into": "langchain_s2b.store.nodes.node_store",
     "ContextFailedError": "langchain_s2b.store.nodes.situator",
