@@ -6,7 +6,7 @@ on and yields those of one kind as one request: every :class:`EmbedQuery` as
 one :class:`EmbedQueries`, every :class:`Search` of one size and filter as one
 :class:`SearchMany` (one FAISS matrix search), every :class:`Fetch` (and every
 :class:`ReadLeaves`) as one ``mget`` of the union of their keys, every
-:class:`ReadSpans` as one read of all their runs. Each query
+:class:`ReadSpans` (and every :class:`ReadRuns`) as one read of all their runs. Each query
 then resumes with its own answer, so its results are the ones ``invoke``
 returns.
 """
@@ -24,6 +24,7 @@ from langchain_s2b.core.requests import (
     Op,
     ReadHits,
     ReadLeaves,
+    ReadRuns,
     ReadSpans,
     Request,
     Search,
@@ -48,6 +49,8 @@ def _kind(request: Request[Any], position: int) -> tuple[Any, ...]:
         return ("fetch", "leaves")
     if isinstance(request, ReadSpans):
         return ("fetch", "spans")
+    if isinstance(request, ReadRuns):
+        return ("fetch", "runs")
     if isinstance(request, ReadHits):
         return ("read",)
     return ("one", position)
@@ -84,12 +87,12 @@ def combine(requests: list[Request[Any]]) -> tuple[Request[Any], Split]:
         return ReadLeaves(leaf_keys, whole), split_leaves
     if isinstance(first, ReadSpans):
         span_reads = [r for r in requests if isinstance(r, ReadSpans)]
-
-        def split_spans(values: Any) -> list[Any]:
-            starts = [0, *accumulate(len(r.spans) for r in span_reads)]
-            return [values[a:b] for a, b in pairwise(starts)]
-
-        return ReadSpans([s for r in span_reads for s in r.spans]), split_spans
+        spans = [s for r in span_reads for s in r.spans]
+        return ReadSpans(spans), _by_count([len(r.spans) for r in span_reads])
+    if isinstance(first, ReadRuns):
+        run_reads = [r for r in requests if isinstance(r, ReadRuns)]
+        runs = [run for r in run_reads for run in r.runs]
+        return ReadRuns(runs), _by_count([len(r.runs) for r in run_reads])
     if isinstance(first, ReadHits):
         reads = [r for r in requests if isinstance(r, ReadHits)]
         wanted = list(dict.fromkeys(k for r in reads for k in r.keys))
@@ -102,6 +105,16 @@ def combine(requests: list[Request[Any]]) -> tuple[Request[Any], Split]:
         msg = f"Requests of kind {type(first).__name__} are not combined; got {len(requests)}."
         raise ValueError(msg)
     return first, lambda answer: [answer]
+
+
+def _by_count(counts: list[int]) -> Split:
+    """Split an answer of one item per member's item into ``counts`` consecutive parts."""
+
+    def split(values: Any) -> list[Any]:
+        starts = [0, *accumulate(counts)]
+        return [values[a:b] for a, b in pairwise(starts)]
+
+    return split
 
 
 def lockstep(ops: Sequence[Op[Any]]) -> Op[list[Outcome]]:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from langchain_core.documents import Document
 
 from langchain_s2b.core.hits import Group, Hit, result_metadata
-from langchain_s2b.core.keys import level_prefix
 from langchain_s2b.core.merge import Chunk
 
 RING = 8
@@ -68,11 +67,10 @@ class Leaves:
     n_splits: int | None
     known: dict[int, Chunk | None] = field(default_factory=dict)
 
-    def wanted(self, lo: int, hi: int) -> list[str]:
-        """Keys in ``[lo, hi]`` (inside the source) not read yet."""
+    def unread(self, lo: int, hi: int) -> list[int]:
+        """Split ids in ``[lo, hi]`` (inside the source) not read yet, ascending."""
         last = hi if self.n_splits is None else min(hi, self.n_splits - 1)
-        prefix = level_prefix(self.source_key, self.level)
-        return [f"{prefix}{i}" for i in range(max(0, lo), last + 1) if i not in self.known]
+        return [i for i in range(max(0, lo), last + 1) if i not in self.known]
 
     def exists(self, split: int) -> bool:
         """Whether the source may have leaf ``split`` (its count known or not)."""

@@ -38,7 +38,7 @@ from langchain_s2b.core.ceiling import RING, Bounds, Cut, Leaves
 from langchain_s2b.core.hits import Hit
 from langchain_s2b.core.keys import base_source_key, level_prefix
 from langchain_s2b.core.merge import Chunk, leaf_chunk, merge_chunks
-from langchain_s2b.core.requests import LeafRead, Op, ReadLeaves, ask
+from langchain_s2b.core.requests import LeafRead, Op, ReadRuns, ask
 from langchain_s2b.core.splitters import SentenceSplitter
 from langchain_s2b.core.tree import tile
 
@@ -82,20 +82,50 @@ class Slot:
 
 
 def read_around(slots: Sequence[Slot], sources: dict[str, Leaves], radius: int = RING) -> Op[None]:
-    """Read the leaves within ``radius`` of every hit of ``slots`` (in its bounds): one fetch."""
-    wanted: dict[str, None] = {}
+    """Read the leaves within ``radius`` of every hit of ``slots`` (in its bounds): one read."""
+    wanted: dict[str, tuple[Leaves, set[int]]] = {}
     for slot in slots:
         leaves = leaves_of(slot, sources)
+        _, need = wanted.setdefault(level_prefix(leaves.source_key, leaves.level), (leaves, set()))
         for hit in slot.hits:
             lo = max(hit.split_id - radius, slot.bounds.lo)
             hi = hit.split_id + radius
             if slot.bounds.hi is not None:
                 hi = min(hi, slot.bounds.hi)
-            wanted.update((key, None) for key in leaves.wanted(lo, hi))
-    if wanted:
-        keys = list(wanted)
-        values = yield from ask(ReadLeaves(keys))
-        read_into(sources, dict(zip(keys, values, strict=True)))
+            need.update(leaves.unread(lo, hi))
+    yield from read_runs([(leaves, sorted(need)) for leaves, need in wanted.values()])
+
+
+def read_runs(wanted: Sequence[tuple[Leaves, list[int]]]) -> Op[None]:
+    """Read these leaves (split ids, ascending, per source) in runs (:class:`ReadRuns`).
+
+    Each run of consecutive split ids is one run of keys; every leaf read is
+    handed to its source's leaves (``None``: missing).
+    """
+    runs: list[tuple[str, int, int]] = []
+    homes: list[Leaves] = []
+    for leaves, splits in wanted:
+        prefix = level_prefix(leaves.source_key, leaves.level)
+        for lo, hi in _consecutive(splits):
+            runs.append((prefix, lo, hi))
+            homes.append(leaves)
+    if not runs:
+        return
+    values = yield from ask(ReadRuns(runs))
+    for leaves, (_, lo, _), got in zip(homes, runs, values, strict=True):
+        for split, doc in enumerate(got, start=lo):
+            leaves.known[split] = None if doc is None else leaf_chunk(doc, split)
+
+
+def _consecutive(splits: Sequence[int]) -> list[tuple[int, int]]:
+    """``(first, last)`` of each run of consecutive ids in ascending ``splits``."""
+    out: list[tuple[int, int]] = []
+    for split in splits:
+        if out and out[-1][1] == split - 1:
+            out[-1] = (out[-1][0], split)
+        else:
+            out.append((split, split))
+    return out
 
 
 def read_into(sources: Mapping[str, Leaves], fetched: Mapping[str, LeafRead | None]) -> None:
@@ -275,13 +305,12 @@ def _read_more(slot: Slot, split: int, leaves: Leaves) -> Op[None]:
     radius = RING
     while split not in leaves.known and leaves.exists(split):
         lo, hi = split - radius, split + radius
-        keys = leaves.wanted(
+        splits = leaves.unread(
             max(lo, slot.bounds.lo), hi if slot.bounds.hi is None else min(hi, slot.bounds.hi)
         )
-        if not keys:
+        if not splits:
             return
-        values = yield from ask(ReadLeaves(keys))
-        read_into({"": leaves}, dict(zip(keys, values, strict=True)))
+        yield from read_runs([(leaves, splits)])
         radius *= 2
 
 

@@ -220,6 +220,35 @@ class ReadSpans(Request[list[SpanText | None]]):
 
 
 @dataclass(frozen=True)
+class ReadRuns(Request[list[list[LeafRead | None]]]):
+    """:class:`ReadLeaves` of runs of keys, each ``(key prefix, lo, hi)``: one list per run.
+
+    Run ``(prefix, lo, hi)`` stands for the keys ``prefix + str(i)`` for ``i``
+    in ``lo..hi``, and its answer is what :class:`ReadLeaves` of those keys
+    gives, in that order. A store that keeps nodes as spans
+    (:class:`~langchain_s2b.store.nodes.node_store.NodeStore`) reads a run
+    from its columns' slices, with no key made or parsed per leaf (issue 34:
+    a reached ceiling reads ~400 leaves a query, in runs around its hits);
+    any other store is asked one ``mget`` of every run's keys.
+    """
+
+    runs: list[tuple[str, int, int]]
+
+    def keys(self) -> list[str]:
+        """Every run's keys, in order."""
+        return [f"{prefix}{i}" for prefix, lo, hi in self.runs for i in range(lo, hi + 1)]
+
+    def by_run(self, values: Sequence[LeafRead | None]) -> list[list[LeafRead | None]]:
+        """The values of :meth:`keys` (in order), one list per run."""
+        out, at = [], 0
+        for _, lo, hi in self.runs:
+            size = max(hi - lo + 1, 0)
+            out.append(list(values[at : at + size]))
+            at += size
+        return out
+
+
+@dataclass(frozen=True)
 class Put(Request[None]):
     """One batched ``mset`` of nodes."""
 

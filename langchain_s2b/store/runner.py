@@ -35,6 +35,7 @@ from langchain_s2b.core.requests import (
     Put,
     ReadHits,
     ReadLeaves,
+    ReadRuns,
     ReadSpans,
     RebuildLexical,
     Remove,
@@ -160,6 +161,10 @@ class Runner:
                 if isinstance(store, NodeStore):
                     return store.read_spans(spans)
                 return [None] * len(spans)
+            case ReadRuns(runs):
+                if isinstance(store, NodeStore):
+                    return store.read_runs(runs)
+                return request.by_run(store.mget(request.keys()))
             case Put(pairs):
                 return store.mset(pairs)
             case Remove(keys):
@@ -226,6 +231,10 @@ class Runner:
                 if isinstance(store, NodeStore):
                     return await run_in_executor(None, store.read_spans, spans)
                 return [None] * len(spans)
+            case ReadRuns(runs):
+                if isinstance(store, NodeStore):
+                    return await run_in_executor(None, store.read_runs, runs)
+                return request.by_run(await store.amget(request.keys()))
             case Put(pairs):
                 return await store.amset(pairs)
             case Remove(keys):

@@ -640,7 +640,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         """``ReadSpans`` (issue 34): every run of a source's leaves (a window's up to three,
         and all of them) is its text's slice from the first start to the furthest end, with
         the first leaf's metadata, when their spans are none empty, start in order and leave
-        no gap (worked out from the text and each leaf's offsets); else ``None``."""
+        no gap (worked out from the text and each leaf's offsets); else ``None``. ``ReadRuns``:
+        all of them read as a run is each leaf's chunk of the text."""
         meta = manifest.metadata
         level = meta["levels"][0]
         prefix = f"{nodes_key(manifest)}/{level}/"
@@ -649,6 +650,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         runs = [(lo, hi) for lo in range(count) for hi in range(lo, min(lo + 3, count))]
         runs.append((0, count - 1))
         got = store.read_spans([(prefix, lo, hi) for lo, hi in runs])
+        read = store.read_runs([(prefix, 0, count), (prefix, count - 1, count - 2)])
+        bounds_of = [(d.metadata["start"], d.metadata["end"]) for d in leaves if d is not None]
+        assert (
+            read
+            == [  # ReadRuns (issue 34): each leaf's chunk, the one past the last missing
+                [(a, b, text[a:b], i) for i, (a, b) in enumerate(bounds_of)] + [None],
+                [],
+            ]
+        )
         for (lo, hi), span in zip(runs, got, strict=True):
             docs = leaves[lo : hi + 1]
             assert all(doc is not None for doc in docs), (prefix, lo, hi)

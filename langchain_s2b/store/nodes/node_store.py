@@ -192,6 +192,42 @@ class NodeStore(BaseStore[str, Document]):
                 out.append(chunk)
         return out
 
+    def read_runs(
+        self, runs: Sequence[tuple[str, int, int]]
+    ) -> list[list[Document | Chunk | WholeLeaf | None]]:
+        """:meth:`read_leaves` of each run ``(key prefix, lo, hi)``'s keys, one list per run.
+
+        A run's nodes are read from slices of its level's columns: no key is
+        made or parsed for a node held there (a key is never both held there
+        and kept as given); a split with no node there is read by its key.
+        """
+        return [self._run(prefix, lo, hi) for prefix, lo, hi in runs]
+
+    def _run(self, prefix: str, lo: int, hi: int) -> list[Document | Chunk | WholeLeaf | None]:
+        pair = self._key.level_of(prefix) if lo >= 0 else None
+        level = None if pair is None else self._levels.get(pair)
+        if pair is None or level is None:
+            return self.read_leaves([f"{prefix}{i}" for i in range(lo, hi + 1)])
+        stop = max(lo, min(hi + 1, level.shape.size))  # (no negative index reaches the slices)
+        shapes = level.shape.data[lo:stop].tolist()
+        starts, ends = level.start.data[lo:stop].tolist(), level.end.data[lo:stop].tolist()
+        place, new, own = self.shapes.spanned_place, tuple.__new__, level.own
+        data = self._texts.get(pair[0])
+        out: list[Document | Chunk | WholeLeaf | None] = []
+        for i, shape in enumerate(shapes):
+            split = lo + i
+            named = None if shape == ABSENT else place(shape)
+            if named is None or named[0] != prefix:  # not held here, or not as its key names
+                out.append(self._get(f"{prefix}{split}"))
+                continue
+            text = own.get(split)
+            if text is None:
+                assert data is not None  # a node held as a slice: its source's text is held
+                text = decode(data[level.bstart.data.item(split) : level.bend.data.item(split)])
+            out.append(new(Chunk, (starts[i], ends[i], text, split)))
+        out.extend(self._get(f"{prefix}{i}") for i in range(stop, hi + 1))
+        return out
+
     def read_spans(self, spans: Sequence[tuple[str, int, int]]) -> list[SpanText | None]:
         """Each run ``(key prefix, lo, hi)`` as one slice of its source, when it is one.
 
