@@ -211,8 +211,7 @@ class NodeStore(BaseStore[str, Document]):
         stop = max(lo, min(hi + 1, level.shape.size))  # (no negative index reaches the slices)
         shapes = level.shape.data[lo:stop].tolist()
         starts, ends = level.start.data[lo:stop].tolist(), level.end.data[lo:stop].tolist()
-        place, new, own = self.shapes.spanned_place, tuple.__new__, level.own
-        data = self._texts.get(pair[0])
+        place, new, source = self.shapes.spanned_place, tuple.__new__, pair[0]
         out: list[Document | Chunk | WholeLeaf | None] = []
         for i, shape in enumerate(shapes):
             split = lo + i
@@ -220,10 +219,7 @@ class NodeStore(BaseStore[str, Document]):
             if named is None or named[0] != prefix:  # not held here, or not as its key names
                 out.append(self._get(f"{prefix}{split}"))
                 continue
-            text = own.get(split)
-            if text is None:
-                assert data is not None  # a node held as a slice: its source's text is held
-                text = decode(data[level.bstart.data.item(split) : level.bend.data.item(split)])
+            text = self._text(level, source, split)
             out.append(new(Chunk, (starts[i], ends[i], text, split)))
         out.extend(self._get(f"{prefix}{i}") for i in range(stop, hi + 1))
         return out
