@@ -32,6 +32,11 @@ Times are CPU time of the calling thread (``time.thread_time``), medians over
 the queries and rounds, FAISS single-threaded. ``own_ms`` = invoke - floor:
 the retriever's own work. ``faiss_depths``/``text_depths`` are the searches
 the retriever actually asked for (recorded once per query before timing).
+``engines_ms``/``outside_ms`` (:func:`outside_engines`, a pass after the
+rotation): an ``invoke``'s time in every FAISS and tantivy call it made, as
+deep as it asked (BM25's ties by key take tantivy deeper than the floor's top
+100 at 1M), and the rest less the empty ``invoke``: the retriever's own Python,
+whatever the engines were asked.
 
 **Opening** (item 3): :func:`scale.measure_opening`, fresh processes: process
 CPU time of ``SmallToBigRetriever.load`` + the first ``invoke`` vs
@@ -182,6 +187,85 @@ def searches_made(
     return vec.depths, text.depths
 
 
+class EngineClock:
+    """Wraps an engine object; every method call is timed (thread CPU) into ``spent[0]``.
+
+    Each ``search(query, depth)`` call's depth is kept in ``depths``;
+    ``child``: the method whose answer is wrapped too (tantivy's ``searcher()``).
+    """
+
+    def __init__(
+        self, inner: Any, spent: list[float], depths: list[int], child: str | None = None
+    ) -> None:
+        self.inner, self.spent, self.depths, self.child = inner, spent, depths, child
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if not callable(found):
+            return found
+        if name == self.child:
+            return lambda *a, **k: EngineClock(found(*a, **k), self.spent, self.depths)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if name == "search":
+                self.depths.append(int(args[1]))
+            c0 = time.thread_time()
+            try:
+                return found(*args, **kwargs)
+            finally:
+                self.spent[0] += time.thread_time() - c0
+
+        return timed
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def outside_engines(
+    retriever: SmallToBigRetriever, index: FaissIndex, queries: list[str], rounds: int
+) -> dict[str, Any]:
+    """One ``invoke``'s time in the engines and outside them (ms, medians over the queries).
+
+    The engines are FAISS's index object and tantivy's searcher: every call the
+    retriever makes on them is timed inside the same ``invoke`` (searches as
+    deep as it asked, BM25's ties included); outside = invoke - those calls. A
+    pass of its own after the rotation (the clocks' own cost, a few calls a
+    query, lands outside). Also tantivy's depths as asked, and the share of
+    queries that searched it twice.
+    """
+    raw, lexical = index._index, index._lexical
+    spent = [0.0]
+    engine: list[float] = []
+    outside: list[float] = []
+    text_depths: list[int] = []
+    twice = 0
+    index._index = EngineClock(raw, spent, [])
+    engine_of_text = getattr(lexical, "_index", None)
+    if lexical is not None and engine_of_text is not None:
+        lexical._index = EngineClock(engine_of_text, spent, text_depths, child="searcher")
+    try:
+        for _ in range(rounds):
+            for query in queries:
+                spent[0] = 0.0
+                asked = len(text_depths)
+                c0 = time.thread_time()
+                retriever.invoke(query, **QUERY)
+                total = time.thread_time() - c0
+                engine.append(spent[0])
+                outside.append(total - spent[0])
+                twice += len(text_depths) - asked > 1
+    finally:
+        index._index = raw
+        if lexical is not None and engine_of_text is not None:
+            lexical._index = engine_of_text
+    return {
+        "engines_ms": statistics.median(engine) * 1e3,
+        "outside": statistics.median(outside) * 1e3,
+        "tantivy_depths_asked": sorted(set(text_depths)),
+        "tantivy_twice_share": twice / len(engine),
+    }
+
+
 # Query cost -----------------------------------------------------------------------
 
 
@@ -244,15 +328,19 @@ def query_cost(
     budget |= {f"budget:{name}": floor_parts[name] for name in ("faiss100", "tantivy100", "empty")}
     try:
         cols = rotation(issue, len(queries), rounds) | rotation(budget, len(queries), rounds)
+        split = {
+            name: outside_engines(r, index, queries, rounds)
+            for name, r in (("hybrid", hybrid), ("dense", dense))
+        }
     finally:
         faiss.omp_set_num_threads(threads)
     m = {name: statistics.median(values) * 1e3 for name, values in cols.items()}
     rows = []
-    for path, floor_parts in (
+    for path, searches in (
         ("hybrid", {"faiss_ms": m["faiss100"], "tantivy_ms": m["tantivy100"]}),
         ("dense", {"faiss_ms": m["faiss20"], "tantivy_ms": 0.0}),
     ):
-        floor = sum(floor_parts.values()) + m["empty"]
+        floor = sum(searches.values()) + m["empty"]
         faiss_depths = sorted({d for f, _ in plans[path] for d in f})
         text_depths = sorted({d for _, t in plans[path] for d in t})
         rows.append(
@@ -262,10 +350,14 @@ def query_cost(
                 "children": len(index),
                 "invoke_ms": m[path],
                 "floor_ms": floor,
-                **floor_parts,
+                **searches,
                 "empty_invoke_ms": m["empty"],
                 "ratio": m[path] / floor,
                 "own_ms": m[path] - floor,
+                "engines_ms": split[path]["engines_ms"],
+                "outside_ms": split[path]["outside"] - m["empty"],
+                "tantivy_depths_asked": split[path]["tantivy_depths_asked"],
+                "tantivy_twice_share": split[path]["tantivy_twice_share"],
                 "faiss_depths": faiss_depths,
                 "text_depths": text_depths,
                 "tantivy_segments": text.segments,
@@ -360,6 +452,16 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "counted in empty invokes timed alongside)",
                 growth <= 1.5 if max(own) >= 1_000_000 else None,  # None: not yet at 1M
             )
+            if "outside_ms" in lo and "outside_ms" in hi:  # runs before 2026-12-05 lack it
+                add(
+                    f"own work outside the engines' calls, {path}, {min(own):,} -> "
+                    f"{max(own):,} children (information: the searches it asked, ties included, "
+                    "are not counted)",
+                    "-",
+                    f"{lo['outside_ms']:.2f} -> {hi['outside_ms']:.2f} ms "
+                    f"({hi['outside_ms'] / lo['outside_ms']:.2f}x)",
+                    None,
+                )
     for r in (r for r in rows if r["section"] == "opening"):
         add(
             f"opening + first query / its floor, {r['mode']}, {r['children']:,} children",
@@ -373,14 +475,21 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render(rows: list[dict[str, Any]]) -> str:
     """The issue's tables: each path against its floor per size, and opening."""
     lines = [
-        "| path | children | invoke | floor (FAISS + tantivy + empty invoke) | ratio | own work |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| path | children | invoke | floor (FAISS + tantivy + empty invoke) | ratio | own work "
+        "| the engines' calls as asked; outside them |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in (r for r in rows if r["section"] == "query cost"):
         parts = f"{r['faiss_ms']:.3f} + {r['tantivy_ms']:.3f} + {r['empty_invoke_ms']:.3f}"
+        split = "-"
+        if "outside_ms" in r:  # runs before 2026-12-05 lack it
+            deep = ", ".join(map(str, r.get("tantivy_depths_asked", [])))
+            text = f" (tantivy {deep}; twice {r['tantivy_twice_share']:.0%})" if deep else ""
+            split = f"{r['engines_ms']:.2f} ms{text}; {r['outside_ms']:.2f} ms"
         lines.append(
             f"| {r['path']} | {r['children']:,} | {r['invoke_ms']:.2f} ms | "
-            f"{r['floor_ms']:.2f} ms ({parts}) | {r['ratio']:.1f}x | {r['own_ms']:.2f} ms |"
+            f"{r['floor_ms']:.2f} ms ({parts}) | {r['ratio']:.1f}x | {r['own_ms']:.2f} ms "
+            f"| {split} |"
         )
     budget = [r for r in rows if r["section"] == "budget cost"]
     if budget:
