@@ -269,6 +269,43 @@ def outside_engines(
 # Query cost -----------------------------------------------------------------------
 
 
+def floor_timers(
+    index: FaissIndex, queries: list[str], qvecs: np.ndarray
+) -> dict[str, Callable[[int], float]]:
+    """The floor's parts, each timing query ``i`` (thread CPU seconds).
+
+    ``faiss100``/``faiss20``: the bare search of the index's FAISS object;
+    ``tantivy100``: tantivy's own top 100 (:class:`TextFloor`); ``empty``:
+    LangChain's ``invoke`` of an empty retriever.
+    """
+    raw = index._index
+    if raw is None or not hasattr(raw, "search"):
+        msg = "query_cost: FaissIndex._index is no longer the FAISS index object; update me"
+        raise RuntimeError(msg)
+    text = TextFloor(index)
+
+    def bare(depth: int) -> Callable[[int], float]:
+        def run(i: int) -> float:
+            row = qvecs[i : i + 1]
+            c0 = time.thread_time()
+            raw.search(row, depth)
+            return time.thread_time() - c0
+
+        return run
+
+    def empty(i: int) -> float:
+        c0 = time.thread_time()
+        EMPTY_RETRIEVER.invoke(queries[i])
+        return time.thread_time() - c0
+
+    return {
+        "faiss100": bare(HYBRID_DEPTH),
+        "faiss20": bare(DENSE_DEPTH),
+        "tantivy100": lambda i: text.timed(queries[i], HYBRID_DEPTH),
+        "empty": empty,
+    }
+
+
 def query_cost(
     corpus: Corpus, queries: list[str], qvecs: np.ndarray, rounds: int
 ) -> list[dict[str, Any]]:
@@ -278,10 +315,6 @@ def query_cost(
     dense = SmallToBigRetriever(
         vectorstore=index, docstore=hybrid.docstore, mode="window", hybrid=False
     )
-    raw = index._index
-    if raw is None or not hasattr(raw, "search"):
-        msg = "query_cost: FaissIndex._index is no longer the FAISS index object; update me"
-        raise RuntimeError(msg)
     text = TextFloor(index)
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
@@ -300,26 +333,7 @@ def query_cost(
 
         return run
 
-    def bare(depth: int) -> Callable[[int], float]:
-        def run(i: int) -> float:
-            row = qvecs[i : i + 1]
-            c0 = time.thread_time()
-            raw.search(row, depth)
-            return time.thread_time() - c0
-
-        return run
-
-    def empty(i: int) -> float:
-        c0 = time.thread_time()
-        EMPTY_RETRIEVER.invoke(queries[i])
-        return time.thread_time() - c0
-
-    floor_parts: dict[str, Callable[[int], float]] = {
-        "faiss100": bare(HYBRID_DEPTH),
-        "faiss20": bare(DENSE_DEPTH),
-        "tantivy100": lambda i: text.timed(queries[i], HYBRID_DEPTH),
-        "empty": empty,
-    }
+    floor_parts = floor_timers(index, queries, qvecs)
     issue = {"hybrid": invoke(hybrid), "dense": invoke(dense), **floor_parts}
     # under a budget: a rotation of its own (its leaves' reads would cool the issue's floor)
     budget = {

@@ -43,8 +43,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from corpus import HashEmbedding, load_questions  # noqa: E402
-from query_cost import HYBRID_DEPTH, QUERY, TextFloor, rotation  # noqa: E402
-from run import DIM, EMPTY_RETRIEVER, Corpus, log, machine, query_vectors  # noqa: E402
+from query_cost import QUERY, floor_timers, rotation  # noqa: E402
+from run import DIM, Corpus, log, machine, query_vectors  # noqa: E402
 
 from langchain_s2b.store.lexical import lexical_index  # noqa: E402
 from langchain_s2b.store.lexical.top import top_by_key  # noqa: E402
@@ -93,8 +93,8 @@ def measure(sizes: list[int], n_queries: int = 60, rounds: int = 3) -> list[dict
 
 def _at_size(corpus: Corpus, queries: list[str], qvecs: np.ndarray, rounds: int) -> dict[str, Any]:
     """One size: both rules' ``invoke`` and the floor's parts, in one rotation."""
-    retriever, raw = corpus.retriever, corpus.index._index
-    text = TextFloor(corpus.index)
+    retriever = corpus.retriever
+    floor = floor_timers(corpus.index, queries, qvecs)
 
     def invoke(engine_order: bool) -> Callable[[int], float]:
         def run(i: int) -> float:
@@ -108,31 +108,16 @@ def _at_size(corpus: Corpus, queries: list[str], qvecs: np.ndarray, rounds: int)
 
         return run
 
-    def bare(i: int) -> float:
-        c0 = time.thread_time()
-        raw.search(qvecs[i : i + 1], HYBRID_DEPTH)
-        return time.thread_time() - c0
-
-    def empty(i: int) -> float:
-        c0 = time.thread_time()
-        EMPTY_RETRIEVER.invoke(queries[i])
-        return time.thread_time() - c0
-
-    parts: dict[str, Callable[[int], float]] = {
-        "by_key": invoke(False),
-        "engine_order": invoke(True),
-        "faiss100": bare,
-        "tantivy100": lambda i: text.timed(queries[i], HYBRID_DEPTH),
-        "empty": empty,
-    }
+    parts = {"by_key": invoke(False), "engine_order": invoke(True)}
+    parts |= {name: floor[name] for name in ("faiss100", "tantivy100", "empty")}
     m = {k: statistics.median(v) * 1e3 for k, v in rotation(parts, len(queries), rounds).items()}
-    floor = m["faiss100"] + m["tantivy100"] + m["empty"]
+    hybrid_floor = m["faiss100"] + m["tantivy100"] + m["empty"]
     return {
         "children": len(corpus.index),
         **{f"{k}_ms": v for k, v in m.items()},
-        "floor_ms": floor,
-        "own_by_key_ms": m["by_key"] - floor,
-        "own_engine_order_ms": m["engine_order"] - floor,
+        "floor_ms": hybrid_floor,
+        "own_by_key_ms": m["by_key"] - hybrid_floor,
+        "own_engine_order_ms": m["engine_order"] - hybrid_floor,
         "queries": len(queries),
         "rounds": rounds,
     }
